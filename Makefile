@@ -1,0 +1,59 @@
+# redis-lock: `make run` starts redis-server with the module; `make test` runs every test.
+# Both install what is missing (redis-server, redis-tools, libclang-dev, redis-py)
+# when run as root, and otherwise say what to install.
+
+CARGO     ?= cargo
+MODULE    := target/release/libredis_lock.so
+DEBS      := redis-server redis-tools libclang-dev
+PYTHON    ?= python3
+
+.PHONY: all build run test unit deps lint clean
+
+all: build
+
+# --- dependencies ------------------------------------------------------------
+# A Debian package is missing when `dpkg -s` does not report it installed.
+deps:
+	@missing=""; \
+	for p in $(DEBS); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "missing Debian packages:$$missing"; \
+	    echo "install them with: sudo apt-get install -y$$missing"; exit 1; \
+	  fi; \
+	fi
+	@$(PYTHON) -c 'import redis' 2>/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing redis-py"; \
+	    $(PYTHON) -m pip install --quiet --disable-pip-version-check redis \
+	      || $(PYTHON) -m pip install --quiet --disable-pip-version-check --break-system-packages redis; \
+	  else \
+	    echo "missing Python package redis; install it with: $(PYTHON) -m pip install --user redis"; exit 1; \
+	  fi; }
+
+# --- build -------------------------------------------------------------------
+build: deps
+	$(CARGO) build --release
+
+# Starts redis-server in the foreground with redis.conf (port 6390, no persistence).
+run: build
+	redis-server redis.conf
+
+# --- tests -------------------------------------------------------------------
+# Unit tests need no server; integration tests start their own redis-servers on
+# free loopback ports with the debug build of the module.
+test: deps
+	$(CARGO) build
+	$(CARGO) test --workspace
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+clean:
+	$(CARGO) clean

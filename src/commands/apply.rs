@@ -1,0 +1,45 @@
+//! `LOCK.APPLY key owner token [PXAT unix-ms]`: the effect of a grant, as replicas and
+//! the AOF receive it. It stores the lock exactly as given, whatever was at the key,
+//! and raises the token high-water mark, so it gives the same result wherever and
+//! whenever it runs. Not meant for applications: they use LOCK.ACQUIRE.
+
+use super::args::parse_apply;
+use super::{key_and_rest, Command, KeyAccess, Reply, MAX_ARGS};
+use crate::ffi::key::OpenKey;
+use crate::ffi::{Args, Ctx};
+use crate::lock::Lock;
+use crate::state::MINT;
+
+pub const COMMAND: Command = Command {
+    name: c"lock.apply",
+    flags: c"write deny-oom",
+    arity: -4,
+    key_access: KeyAccess::Overwrite,
+    summary:
+        c"Stores a lock with the given owner, token and absolute expiry (replication and AOF).",
+    handler: apply,
+};
+
+fn apply(ctx: Ctx, args: &Args) -> Reply {
+    let mut buf = [&[][..]; MAX_ARGS];
+    let (key, rest) = match key_and_rest(args, 4, &mut buf) {
+        Ok(parts) => parts,
+        Err(reply) => return reply,
+    };
+    let request = match parse_apply(rest) {
+        Ok(request) => request,
+        Err(error) => return Reply::error(error.to_string()),
+    };
+    MINT.observe(request.token);
+    let mut open = OpenKey::write(ctx, key);
+    if !open.set_lock(Lock::new(request.owner, request.token)) {
+        return Reply::error("ERR could not store the lock");
+    }
+    if let Some(at) = request.expires_at {
+        if !open.set_expires_at(at) {
+            return Reply::error("ERR could not set the lock's expiry");
+        }
+    }
+    ctx.replicate_verbatim();
+    Reply::Ok
+}

@@ -1,0 +1,138 @@
+//! One file per command: parse the arguments, call the lock core, say what to reply.
+//! Handlers never write a reply themselves; they return a [`Reply`], which the FFI
+//! entry point sends after the handler returns (so a bug that panics mid-way still
+//! yields exactly one well-formed error reply).
+
+pub mod acquire;
+pub mod apply;
+pub mod args;
+pub mod extend;
+pub mod info;
+pub mod release;
+
+use std::borrow::Cow;
+
+use crate::ffi::key::Slot;
+use crate::ffi::{Args, Ctx, RString};
+use crate::lock::{Lock, LockError};
+
+/// A command as Redis sees it: name, flags, arity, key spec, handler.
+pub struct Command {
+    pub name: &'static std::ffi::CStr,
+    pub flags: &'static std::ffi::CStr,
+    /// Redis arity: exact count, or negative for "at least".
+    pub arity: i32,
+    pub key_access: KeyAccess,
+    pub summary: &'static std::ffi::CStr,
+    pub handler: fn(Ctx, &Args) -> Reply,
+}
+
+/// How a command uses its key, for the key spec (cluster routing, ACL key patterns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyAccess {
+    /// Reads the lock.
+    Read,
+    /// Reads the lock and may update or delete it.
+    ReadWrite,
+    /// Replaces whatever is at the key.
+    Overwrite,
+}
+
+/// Every command of the module. The FFI layer registers them in this order.
+pub static COMMANDS: [Command; 5] = [
+    acquire::COMMAND,
+    release::COMMAND,
+    extend::COMMAND,
+    info::COMMAND,
+    apply::COMMAND,
+];
+
+/// What a command answers.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reply {
+    Integer(i64),
+    Null,
+    Ok,
+    Error(Cow<'static, str>),
+    WrongArity,
+    Info(LockInfo),
+}
+
+/// The fields of LOCK.INFO.
+#[derive(Debug, PartialEq, Eq)]
+pub struct LockInfo {
+    pub owner: Box<[u8]>,
+    /// Milliseconds left, -1 when the key has no expiry.
+    pub ttl: i64,
+    pub token: i64,
+    pub waiters: i64,
+}
+
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+impl Reply {
+    pub fn error(text: impl Into<Cow<'static, str>>) -> Reply {
+        Reply::Error(text.into())
+    }
+
+    pub fn send(&self, ctx: Ctx) {
+        match self {
+            Reply::Integer(n) => ctx.reply_integer(*n),
+            Reply::Null => ctx.reply_null(),
+            Reply::Ok => ctx.reply_simple_ok(),
+            Reply::Error(text) => ctx.reply_error(text),
+            Reply::WrongArity => ctx.reply_wrong_arity(),
+            Reply::Info(info) => {
+                ctx.reply_map(4);
+                ctx.reply_bulk(b"owner");
+                ctx.reply_bulk(&info.owner);
+                ctx.reply_bulk(b"ttl");
+                ctx.reply_integer(info.ttl);
+                ctx.reply_bulk(b"token");
+                ctx.reply_integer(info.token);
+                ctx.reply_bulk(b"waiters");
+                ctx.reply_integer(info.waiters);
+            }
+        }
+    }
+}
+
+impl From<LockError> for Reply {
+    fn from(error: LockError) -> Reply {
+        match error {
+            LockError::ExpiryOutOfRange => {
+                Reply::error("ERR invalid ttl: the expiry time would overflow")
+            }
+            LockError::TokensExhausted => {
+                Reply::error("ERR fencing tokens are exhausted on this server")
+            }
+        }
+    }
+}
+
+/// Most arguments any command takes; more is a wrong number of arguments.
+const MAX_ARGS: usize = 16;
+
+/// Splits `argv` into the key and the remaining arguments as bytes, after checking
+/// that there are at least `min_argc` (command name included).
+fn key_and_rest<'a, 'o>(
+    args: &Args<'a>,
+    min_argc: usize,
+    buf: &'o mut [&'a [u8]; MAX_ARGS],
+) -> Result<(&'a RString, &'o [&'a [u8]]), Reply> {
+    if args.len() < min_argc {
+        return Err(Reply::WrongArity);
+    }
+    let key = args.string(1).ok_or(Reply::WrongArity)?;
+    let rest = args.bytes_from(2, buf).ok_or(Reply::WrongArity)?;
+    Ok((key, rest))
+}
+
+/// The lock at a key, or the WRONGTYPE reply.
+fn lock_in<'k>(slot: Slot<'k>) -> Result<Option<&'k Lock>, Reply> {
+    match slot {
+        Slot::Empty => Ok(None),
+        Slot::Lock(lock) => Ok(Some(lock)),
+        Slot::OtherType => Err(Reply::error(WRONGTYPE)),
+    }
+}

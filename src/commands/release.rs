@@ -1,0 +1,46 @@
+//! `LOCK.RELEASE key owner`
+
+use super::args::parse_owner;
+use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
+use crate::ffi::key::OpenKey;
+use crate::ffi::{Args, Ctx};
+use crate::lock::may_release;
+use crate::propagate;
+use crate::state::{limits, STATS};
+
+pub const COMMAND: Command = Command {
+    name: c"lock.release",
+    flags: c"write deny-oom fast",
+    arity: 3,
+    key_access: KeyAccess::ReadWrite,
+    summary: c"Deletes the lock at key if owner holds it: 1, else 0.",
+    handler: release,
+};
+
+fn release(ctx: Ctx, args: &Args) -> Reply {
+    let mut buf = [&[][..]; MAX_ARGS];
+    let (key, rest) = match key_and_rest(args, 3, &mut buf) {
+        Ok(parts) => parts,
+        Err(reply) => return reply,
+    };
+    let [owner] = rest else {
+        return Reply::WrongArity;
+    };
+    let owner = match parse_owner(owner, &limits()) {
+        Ok(owner) => owner,
+        Err(error) => return Reply::error(error.to_string()),
+    };
+    let mut open = OpenKey::write(ctx, key);
+    match lock_in(open.slot()) {
+        Ok(current) if may_release(current, owner) => {
+            if !open.delete() {
+                return Reply::error("ERR could not delete the lock");
+            }
+            propagate::release(ctx, key);
+            STATS.releases.incr();
+            Reply::Integer(1)
+        }
+        Ok(_) => Reply::Integer(0),
+        Err(reply) => reply,
+    }
+}

@@ -1,0 +1,177 @@
+//! The `redislock` data type: the C callbacks Redis calls to persist, copy, measure
+//! and free a lock value. Each callback only moves bytes; what they mean is decided in
+//! `crate::keyspace`.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::ptr;
+
+use redis_module::{native_types::RedisType, raw};
+
+use super::{call, ERR, OK};
+use crate::keyspace;
+use crate::lock::Lock;
+
+/// The registered type; `TYPE key` answers its 9-character name.
+pub static LOCK_TYPE: RedisType = RedisType::new(
+    keyspace::TYPE_NAME,
+    keyspace::ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free),
+        aux_load: Some(aux_load),
+        aux_save: Some(aux_save),
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+        free_effort: None,
+        unlink: Some(unlink),
+        copy: Some(copy),
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: None,
+    },
+);
+
+/// The type handle Redis gave at registration, null before it.
+pub fn lock_type() -> *mut raw::RedisModuleType {
+    LOCK_TYPE
+        .raw_type
+        .try_borrow()
+        .map_or(ptr::null_mut(), |t| *t)
+}
+
+/// # Safety
+/// `value` is null or a value of our type, which is always a `Box<Lock>`.
+unsafe fn as_lock<'a>(value: *const c_void) -> Option<&'a Lock> {
+    value.cast::<Lock>().as_ref()
+}
+
+fn io_failed(io: *mut raw::RedisModuleIO) -> bool {
+    call!(RedisModule_IsIOError(io) else 1) != 0
+}
+
+extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    if encver != keyspace::ENCODING_VERSION {
+        return ptr::null_mut();
+    }
+    let mut len = 0usize;
+    let buf = call!(RedisModule_LoadStringBuffer(io, &mut len) else ptr::null_mut());
+    if buf.is_null() || io_failed(io) {
+        return ptr::null_mut();
+    }
+    // SAFETY: Redis returned a buffer of `len` bytes that we own until RM_Free.
+    let owner = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }.to_vec();
+    call!(RedisModule_Free(buf.cast::<c_void>()) else ());
+    let token = call!(RedisModule_LoadSigned(io) else 0);
+    if io_failed(io) {
+        return ptr::null_mut();
+    }
+    match keyspace::loaded(&owner, token) {
+        Some(lock) => Box::into_raw(Box::new(lock)).cast::<c_void>(),
+        None => ptr::null_mut(),
+    }
+}
+
+extern "C" fn rdb_save(io: *mut raw::RedisModuleIO, value: *mut c_void) {
+    // SAFETY: Redis passes a value of our type.
+    let Some(lock) = (unsafe { as_lock(value) }) else {
+        return;
+    };
+    let owner = lock.owner();
+    call!(RedisModule_SaveStringBuffer(io, owner.as_ptr().cast::<c_char>(), owner.len()) else ());
+    call!(RedisModule_SaveSigned(io, lock.token()) else ());
+}
+
+extern "C" fn aof_rewrite(
+    io: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    // SAFETY: Redis passes a value of our type.
+    let Some(lock) = (unsafe { as_lock(value) }) else {
+        return;
+    };
+    let owner = lock.owner();
+    // Redis appends the key's PEXPIREAT after what a type emits, so the command
+    // carries no expiry of its own.
+    let Some(emit) = (unsafe { raw::RedisModule_EmitAOF }) else {
+        return;
+    };
+    // SAFETY: variadic call matching the format: `s` a RedisModuleString*, `b` a
+    // pointer and a length, `l` a long long.
+    unsafe {
+        emit(
+            io,
+            keyspace::APPLY_COMMAND.as_ptr(),
+            c"sbl".as_ptr(),
+            key,
+            owner.as_ptr().cast::<c_char>(),
+            owner.len(),
+            lock.token() as std::ffi::c_longlong,
+        )
+    };
+}
+
+extern "C" fn mem_usage(value: *const c_void) -> usize {
+    // SAFETY: Redis passes a value of our type.
+    unsafe { as_lock(value) }.map_or(0, |lock| std::mem::size_of::<Lock>() + lock.heap_size())
+}
+
+extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    // SAFETY: Redis passes a value of our type.
+    let Some(lock) = (unsafe { as_lock(value) }) else {
+        return;
+    };
+    let owner = lock.owner();
+    call!(RedisModule_DigestAddStringBuffer(md, owner.as_ptr().cast::<c_char>(), owner.len()) else ());
+    call!(RedisModule_DigestAddLongLong(md, lock.token()) else ());
+    call!(RedisModule_DigestEndSequence(md) else ());
+}
+
+extern "C" fn free(value: *mut c_void) {
+    if !value.is_null() {
+        // SAFETY: every value of our type was made by `Box::into_raw(Box<Lock>)`, and
+        // Redis frees each exactly once.
+        drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
+    }
+}
+
+extern "C" fn copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    // SAFETY: Redis passes a value of our type.
+    unsafe { as_lock(value) }.map_or(ptr::null_mut(), |lock| {
+        Box::into_raw(Box::new(lock.clone())).cast::<c_void>()
+    })
+}
+
+extern "C" fn unlink(key: *mut raw::RedisModuleString, _value: *const c_void) {
+    let key = super::RString::from_ptr(key);
+    keyspace::unlinked(key.map_or(&[][..], super::RString::as_bytes));
+}
+
+extern "C" fn aux_save(io: *mut raw::RedisModuleIO, when: c_int) {
+    if when == raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+        call!(RedisModule_SaveSigned(io, keyspace::aux_value()) else ());
+    }
+}
+
+extern "C" fn aux_load(io: *mut raw::RedisModuleIO, encver: c_int, when: c_int) -> c_int {
+    if encver != keyspace::ENCODING_VERSION || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+        return ERR;
+    }
+    let high_water = call!(RedisModule_LoadSigned(io) else 0);
+    if io_failed(io) {
+        return ERR;
+    }
+    keyspace::aux_loaded(high_water);
+    OK
+}

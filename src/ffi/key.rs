@@ -1,0 +1,104 @@
+//! An open key of the keyspace, closed when dropped.
+
+use std::ffi::c_void;
+
+use redis_module::raw;
+
+use super::datatype::lock_type;
+use super::{call, Ctx, RString, OK};
+use crate::lock::Lock;
+
+/// What a key holds.
+pub enum Slot<'a> {
+    Empty,
+    Lock(&'a Lock),
+    /// A value of another type: commands answer `WRONGTYPE`.
+    OtherType,
+}
+
+/// A key opened for a command; Redis has already removed it if it was expired.
+pub struct OpenKey {
+    key: *mut raw::RedisModuleKey,
+}
+
+impl OpenKey {
+    pub fn read(ctx: Ctx, name: &RString) -> Self {
+        Self::open(ctx, name, raw::REDISMODULE_READ)
+    }
+
+    pub fn write(ctx: Ctx, name: &RString) -> Self {
+        Self::open(ctx, name, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE)
+    }
+
+    fn open(ctx: Ctx, name: &RString, mode: u32) -> Self {
+        let key = call!(RedisModule_OpenKey(ctx.raw(), name.as_ptr(), mode as _) else std::ptr::null_mut());
+        OpenKey { key }
+    }
+
+    pub fn slot(&self) -> Slot<'_> {
+        if self.key.is_null() {
+            return Slot::Empty;
+        }
+        let key_type =
+            call!(RedisModule_KeyType(self.key) else raw::REDISMODULE_KEYTYPE_EMPTY as _);
+        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as i32 {
+            return Slot::Empty;
+        }
+        let ours = lock_type();
+        if key_type != raw::REDISMODULE_KEYTYPE_MODULE as i32
+            || ours.is_null()
+            || call!(RedisModule_ModuleTypeGetType(self.key) else std::ptr::null_mut()) != ours
+        {
+            return Slot::OtherType;
+        }
+        let value = call!(RedisModule_ModuleTypeGetValue(self.key) else std::ptr::null_mut());
+        // SAFETY: a value of our type is always a `Box<Lock>` stored by `set_lock` or
+        // by the RDB loader; it lives until the key is next written, which needs
+        // `&mut self`.
+        match unsafe { value.cast::<Lock>().as_ref() } {
+            Some(lock) => Slot::Lock(lock),
+            None => Slot::OtherType,
+        }
+    }
+
+    /// Stores `lock` as the key's value; the key loses any expiry it had.
+    pub fn set_lock(&mut self, lock: Lock) -> bool {
+        if self.key.is_null() {
+            return false;
+        }
+        let value = Box::into_raw(Box::new(lock));
+        let status = call!(RedisModule_ModuleTypeSetValue(self.key, lock_type(), value.cast::<c_void>()) else super::ERR);
+        if status != OK {
+            // SAFETY: Redis did not take the value; it is still ours to free.
+            drop(unsafe { Box::from_raw(value) });
+            return false;
+        }
+        true
+    }
+
+    /// Sets the key's expiry to `at` (Unix ms).
+    pub fn set_expires_at(&mut self, at: i64) -> bool {
+        !self.key.is_null() && call!(RedisModule_SetAbsExpire(self.key, at) else super::ERR) == OK
+    }
+
+    /// The key's expiry (Unix ms), `None` when it has none.
+    pub fn expires_at(&self) -> Option<i64> {
+        if self.key.is_null() {
+            return None;
+        }
+        let at = call!(RedisModule_GetAbsExpire(self.key) else raw::REDISMODULE_NO_EXPIRE as i64);
+        (at != raw::REDISMODULE_NO_EXPIRE as i64).then_some(at)
+    }
+
+    pub fn delete(&mut self) -> bool {
+        !self.key.is_null() && call!(RedisModule_DeleteKey(self.key) else super::ERR) == OK
+    }
+}
+
+impl Drop for OpenKey {
+    fn drop(&mut self) {
+        if !self.key.is_null() {
+            call!(RedisModule_CloseKey(self.key) else ());
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! The one place that calls the Redis module C API. Everything `unsafe` in the module
+//! lives under `ffi/`; the rest of the crate uses the safe wrappers defined here.
+//!
+//! Every API is reached through `redis_module::raw::RedisModule_*`, function pointers
+//! that Redis fills in at load time. [`call!`] turns a missing pointer into a fallback
+//! value instead of a panic; `check_required_apis` refuses to load the module on a
+//! server that lacks one we need, so the fallbacks are never taken in practice.
+
+pub mod command;
+pub mod datatype;
+pub mod events;
+pub mod info;
+pub mod key;
+
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::ptr;
+
+use redis_module::raw;
+
+/// Calls `raw::RedisModule_<name>(args…)`, or evaluates `fallback` when the server
+/// does not provide that API.
+macro_rules! call {
+    ($name:ident($($arg:expr),* $(,)?) else $fallback:expr) => {
+        // SAFETY: the pointer was filled in by Redis at load time and is called with
+        // arguments of the types its C prototype declares.
+        match unsafe { redis_module::raw::$name } {
+            Some(f) => unsafe { f($($arg),*) },
+            None => $fallback,
+        }
+    };
+}
+pub(crate) use call;
+
+/// `REDISMODULE_OK` as the C API returns it.
+pub const OK: c_int = raw::REDISMODULE_OK as c_int;
+/// `REDISMODULE_ERR` as the C API returns it.
+pub const ERR: c_int = raw::REDISMODULE_ERR as c_int;
+
+/// Names the APIs the module cannot run without that the server lacks. All are in
+/// Redis 7.0; an older server gets a clear load error instead of a wrong reply.
+pub fn missing_required_apis() -> Vec<&'static str> {
+    macro_rules! missing {
+        ($($name:ident),* $(,)?) => {{
+            let mut missing = Vec::new();
+            // SAFETY: reading a function pointer that Redis filled in at load time.
+            $(if unsafe { raw::$name }.is_none() { missing.push(stringify!($name)); })*
+            missing
+        }};
+    }
+    missing!(
+        RedisModule_OpenKey,
+        RedisModule_CloseKey,
+        RedisModule_KeyType,
+        RedisModule_ModuleTypeGetType,
+        RedisModule_ModuleTypeGetValue,
+        RedisModule_ModuleTypeSetValue,
+        RedisModule_DeleteKey,
+        RedisModule_SetAbsExpire,
+        RedisModule_GetAbsExpire,
+        RedisModule_Milliseconds,
+        RedisModule_StringPtrLen,
+        RedisModule_ReplyWithLongLong,
+        RedisModule_ReplyWithNull,
+        RedisModule_ReplyWithError,
+        RedisModule_ReplyWithMap,
+        RedisModule_ReplyWithStringBuffer,
+        RedisModule_ReplyWithSimpleString,
+        RedisModule_WrongArity,
+        RedisModule_Replicate,
+        RedisModule_ReplicateVerbatim,
+        RedisModule_GetContextFlags,
+        RedisModule_CreateCommand,
+        RedisModule_GetCommand,
+        RedisModule_SetCommandInfo,
+        RedisModule_SaveStringBuffer,
+        RedisModule_LoadStringBuffer,
+        RedisModule_SaveSigned,
+        RedisModule_LoadSigned,
+        RedisModule_IsIOError,
+        RedisModule_EmitAOF,
+        RedisModule_Free,
+        RedisModule_DigestAddStringBuffer,
+        RedisModule_DigestAddLongLong,
+        RedisModule_DigestEndSequence,
+        RedisModule_RegisterInfoFunc,
+        RedisModule_InfoAddSection,
+        RedisModule_InfoAddFieldLongLong,
+        RedisModule_SubscribeToKeyspaceEvents,
+    )
+}
+
+/// The context of one command call (or event), valid for that call only.
+#[derive(Clone, Copy)]
+pub struct Ctx(*mut raw::RedisModuleCtx);
+
+/// What the context flags say about where a command runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Where {
+    /// Inside MULTI/EXEC, a script, or anywhere else Redis forbids blocking.
+    pub cannot_block: bool,
+}
+
+impl Ctx {
+    pub fn new(ctx: *mut raw::RedisModuleCtx) -> Self {
+        Ctx(ctx)
+    }
+
+    pub fn raw(self) -> *mut raw::RedisModuleCtx {
+        self.0
+    }
+
+    /// Unix time in milliseconds, as Redis sees it for this command.
+    pub fn now_ms(self) -> i64 {
+        call!(RedisModule_Milliseconds() else 0)
+    }
+
+    pub fn where_(self) -> Where {
+        let flags = call!(RedisModule_GetContextFlags(self.0) else 0) as u32;
+        let no_block = raw::REDISMODULE_CTX_FLAGS_MULTI
+            | raw::REDISMODULE_CTX_FLAGS_LUA
+            | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING
+            | raw::REDISMODULE_CTX_FLAGS_REPLICATED
+            | raw::REDISMODULE_CTX_FLAGS_LOADING;
+        Where {
+            cannot_block: flags & no_block != 0,
+        }
+    }
+
+    pub fn reply_integer(self, value: i64) {
+        call!(RedisModule_ReplyWithLongLong(self.0, value) else ERR);
+    }
+
+    pub fn reply_null(self) {
+        call!(RedisModule_ReplyWithNull(self.0) else ERR);
+    }
+
+    pub fn reply_simple_ok(self) {
+        call!(RedisModule_ReplyWithSimpleString(self.0, c"OK".as_ptr()) else ERR);
+    }
+
+    pub fn reply_bulk(self, bytes: &[u8]) {
+        call!(RedisModule_ReplyWithStringBuffer(self.0, bytes.as_ptr().cast(), bytes.len()) else ERR);
+    }
+
+    /// A map of `pairs` entries in RESP3, a flat array of `2 * pairs` in RESP2.
+    pub fn reply_map(self, pairs: usize) {
+        call!(RedisModule_ReplyWithMap(self.0, pairs as _) else ERR);
+    }
+
+    /// Replies with an error. `text` starts with its code (`ERR`, `WRONGTYPE` …);
+    /// bytes Redis cannot carry in an error line are replaced.
+    pub fn reply_error(self, text: &str) {
+        let line: Vec<u8> = text
+            .bytes()
+            .map(|b| match b {
+                b'\r' | b'\n' | 0 => b' ',
+                _ => b,
+            })
+            .collect();
+        let line = CString::new(line).unwrap_or_default();
+        call!(RedisModule_ReplyWithError(self.0, line.as_ptr()) else ERR);
+    }
+
+    /// Propagates the current command exactly as it was called.
+    pub fn replicate_verbatim(self) {
+        call!(RedisModule_ReplicateVerbatim(self.0) else ERR);
+    }
+
+    pub fn reply_wrong_arity(self) {
+        call!(RedisModule_WrongArity(self.0) else ERR);
+    }
+
+    /// Propagates `command args…` to replicas and the AOF, inside this command's
+    /// transaction. Every argument is passed as bytes (format letter `b`).
+    pub fn replicate(self, command: &CStr, args: &[&[u8]]) {
+        let Some(f) = (unsafe { raw::RedisModule_Replicate }) else {
+            return;
+        };
+        let (name, fmt) = (command.as_ptr(), B_FORMATS[args.len().min(5)].as_ptr());
+        let p = |i: usize| {
+            args.get(i)
+                .map_or(ptr::null(), |a| a.as_ptr().cast::<c_char>())
+        };
+        let n = |i: usize| args.get(i).map_or(0, |a| a.len());
+        // SAFETY: RedisModule_Replicate is variadic; `fmt` has one `b` per argument
+        // and each `b` is followed by its (pointer, length) pair. Arities above five
+        // are never used by this module and propagate nothing.
+        unsafe {
+            match args.len() {
+                1 => f(self.0, name, fmt, p(0), n(0)),
+                2 => f(self.0, name, fmt, p(0), n(0), p(1), n(1)),
+                3 => f(self.0, name, fmt, p(0), n(0), p(1), n(1), p(2), n(2)),
+                4 => f(
+                    self.0,
+                    name,
+                    fmt,
+                    p(0),
+                    n(0),
+                    p(1),
+                    n(1),
+                    p(2),
+                    n(2),
+                    p(3),
+                    n(3),
+                ),
+                5 => f(
+                    self.0,
+                    name,
+                    fmt,
+                    p(0),
+                    n(0),
+                    p(1),
+                    n(1),
+                    p(2),
+                    n(2),
+                    p(3),
+                    n(3),
+                    p(4),
+                    n(4),
+                ),
+                _ => ERR,
+            };
+        }
+    }
+}
+
+/// Format strings of one to five byte-buffer arguments, indexed by their count.
+pub(crate) const B_FORMATS: [&CStr; 6] = [c"", c"b", c"bb", c"bbb", c"bbbb", c"bbbbb"];
+
+/// A string argument of a command, borrowed from Redis for the call.
+#[repr(transparent)]
+pub struct RString(raw::RedisModuleString);
+
+impl RString {
+    /// Borrows a string Redis passed to a callback; `None` for null.
+    pub fn from_ptr<'a>(p: *mut raw::RedisModuleString) -> Option<&'a RString> {
+        // SAFETY: Redis passes valid strings that outlive the callback.
+        unsafe { p.cast::<RString>().as_ref() }
+    }
+
+    pub fn as_ptr(&self) -> *mut raw::RedisModuleString {
+        (&self.0 as *const raw::RedisModuleString).cast_mut()
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        let mut len = 0usize;
+        let p = call!(RedisModule_StringPtrLen(self.as_ptr(), &mut len) else ptr::null());
+        if p.is_null() {
+            return &[];
+        }
+        // SAFETY: Redis returns the string's buffer and length; it lives as long as the
+        // string, which outlives `self`'s borrow.
+        unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }
+    }
+}
+
+/// The argv of a command call.
+pub struct Args<'a>(&'a [*mut raw::RedisModuleString]);
+
+impl<'a> Args<'a> {
+    /// # Safety
+    /// `argv` must point to `argc` valid strings that live for `'a`.
+    pub unsafe fn new(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> Self {
+        if argv.is_null() || argc <= 0 {
+            return Args(&[]);
+        }
+        Args(std::slice::from_raw_parts(argv, argc as usize))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn string(&self, index: usize) -> Option<&'a RString> {
+        let p = *self.0.get(index)?;
+        // SAFETY: argv entries are valid, non-null strings for the call.
+        unsafe { p.cast::<RString>().as_ref() }
+    }
+
+    /// The bytes of arguments `from..` into `out`; `None` when there are more than
+    /// `out` holds.
+    pub fn bytes_from<'o>(&self, from: usize, out: &'o mut [&'a [u8]]) -> Option<&'o [&'a [u8]]> {
+        let rest = self.0.get(from..).unwrap_or(&[]);
+        let slots = out.get_mut(..rest.len())?;
+        for (slot, index) in slots.iter_mut().zip(from..) {
+            *slot = self.string(index).map(RString::as_bytes).unwrap_or(&[]);
+        }
+        Some(slots)
+    }
+}

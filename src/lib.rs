@@ -1,0 +1,69 @@
+//! redis-lock: distributed-lock commands for Redis (LOCK.ACQUIRE, LOCK.RELEASE,
+//! LOCK.EXTEND, LOCK.INFO), as a native module.
+//!
+//! Layout: `lock` is the lock itself in plain Rust (rules, tokens, counters);
+//! `commands` parses arguments and applies the rules; `keyspace`, `propagate`,
+//! `events` and `observe` say what the module does with keys, replication, keyspace
+//! events and INFO; `ffi` is the only code that calls the Redis C API.
+
+pub mod commands;
+pub mod events;
+pub mod ffi;
+pub mod keyspace;
+pub mod lock;
+pub mod observe;
+pub mod propagate;
+pub mod state;
+
+use redis_module::{configuration::ConfigurationFlags, redis_module, Context, RedisString, Status};
+
+use crate::ffi::datatype::LOCK_TYPE;
+use crate::state::{DEFAULT_MAX_OWNER_LEN, MAX_OWNER_LEN, MAX_TTL};
+
+// The Redis allocator is only there inside redis-server; unit tests use the system's.
+#[cfg(not(test))]
+use redis_module::alloc::RedisAlloc as ModuleAllocator;
+#[cfg(test)]
+use std::alloc::System as ModuleAllocator;
+
+/// Largest `lock.max-owner-len` accepted: owners are ids, not payloads.
+const OWNER_LEN_CEILING: i64 = 1 << 20;
+
+fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    let missing = ffi::missing_required_apis();
+    if !missing.is_empty() {
+        ctx.log_warning(&format!(
+            "lock module needs Redis 7.0 or newer; this server lacks {}",
+            missing.join(", ")
+        ));
+        return Status::Err;
+    }
+    let ctx = ffi::Ctx::new(ctx.ctx);
+    if let Err(error) = ffi::command::register(ctx) {
+        redis_module::raw::redis_log(ctx.raw(), &format!("lock module: {error}"));
+        return Status::Err;
+    }
+    if !ffi::info::register(ctx) || !ffi::events::subscribe(ctx) {
+        return Status::Err;
+    }
+    Status::Ok
+}
+
+redis_module! {
+    name: "lock",
+    version: 1,
+    allocator: (ModuleAllocator, ModuleAllocator),
+    data_types: [LOCK_TYPE],
+    init: init,
+    commands: [],
+    configurations: [
+        i64: [
+            ["max-ttl", &MAX_TTL, 0, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
+            ["max-owner-len", &MAX_OWNER_LEN, DEFAULT_MAX_OWNER_LEN, 1, OWNER_LEN_CEILING, ConfigurationFlags::DEFAULT, None],
+        ],
+        string: [],
+        bool: [],
+        enum: [],
+        module_args_as_configuration: true,
+    ]
+}

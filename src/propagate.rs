@@ -1,0 +1,36 @@
+//! What a write sends to replicas and the AOF: its effect, with the absolute expiry
+//! and the token handed out, never a command whose result depends on when or where
+//! it runs.
+
+use crate::ffi::{Ctx, RString};
+use crate::keyspace::APPLY_COMMAND;
+
+/// A fresh grant: the lock, its token and its absolute expiry.
+pub fn grant(ctx: Ctx, key: &RString, owner: &[u8], token: i64, expires_at: i64) {
+    let mut token_text = itoa::Buffer::new();
+    let mut at_text = itoa::Buffer::new();
+    ctx.replicate(
+        APPLY_COMMAND,
+        &[
+            key.as_bytes(),
+            owner,
+            token_text.format(token).as_bytes(),
+            b"PXAT",
+            at_text.format(expires_at).as_bytes(),
+        ],
+    );
+}
+
+/// A new expiry of a held lock (refresh by its holder, EXTEND).
+pub fn expiry(ctx: Ctx, key: &RString, expires_at: i64) {
+    let mut at_text = itoa::Buffer::new();
+    ctx.replicate(
+        c"PEXPIREAT",
+        &[key.as_bytes(), at_text.format(expires_at).as_bytes()],
+    );
+}
+
+/// A release: the key is gone.
+pub fn release(ctx: Ctx, key: &RString) {
+    ctx.replicate(c"DEL", &[key.as_bytes()]);
+}

@@ -1,0 +1,340 @@
+//! Test harness: a real redis-server with the freshly built module, on a free
+//! loopback port, in its own directory, stopped when the guard drops (also when a
+//! test fails).
+//!
+//! `REDIS_SERVER` picks another server binary (a Redis 7.2, 8.x or Valkey build);
+//! `REDIS_LOCK_MODULE` another module file.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+use redis::{Connection, RedisResult, Value};
+use tempfile::TempDir;
+
+/// The module file under test. Unless `REDIS_LOCK_MODULE` names one, the debug build
+/// is brought up to date first: `cargo test` alone does not rebuild a `cdylib`.
+pub fn module_path() -> PathBuf {
+    if let Ok(path) = std::env::var("REDIS_LOCK_MODULE") {
+        return PathBuf::from(path);
+    }
+    static BUILD: Once = Once::new();
+    BUILD.call_once(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "--lib", "-p", "redis-lock"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo build");
+        assert!(status.success(), "building the module failed");
+    });
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let path = target.join("debug").join("libredis_lock.so");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build` (or `make test`) first",
+        path.display()
+    );
+    path
+}
+
+fn server_binary() -> String {
+    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+}
+
+/// How to start a server.
+#[derive(Clone, Default)]
+pub struct Config {
+    /// Extra `--name value` server settings.
+    pub settings: Vec<(String, String)>,
+    /// Module arguments (`max-ttl 1000`).
+    pub module_args: Vec<String>,
+}
+
+impl Config {
+    pub fn set(mut self, name: &str, value: &str) -> Self {
+        self.settings.push((name.into(), value.into()));
+        self
+    }
+
+    pub fn module_arg(mut self, name: &str, value: &str) -> Self {
+        self.module_args.push(name.into());
+        self.module_args.push(value.into());
+        self
+    }
+
+    /// Append-only file, fsynced on every write, no RDB snapshots.
+    pub fn aof(self) -> Self {
+        self.set("appendonly", "yes").set("appendfsync", "always")
+    }
+}
+
+/// A running redis-server, killed on drop.
+pub struct Server {
+    child: Option<Child>,
+    pub port: u16,
+    config: Config,
+    dir: TempDir,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Server::with(Config::default())
+    }
+
+    pub fn with(config: Config) -> Server {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let port = portpicker::pick_unused_port().expect("a free port");
+            match spawn(dir.path(), port, &config) {
+                Ok(child) => {
+                    return Server {
+                        child: Some(child),
+                        port,
+                        config,
+                        dir,
+                    }
+                }
+                Err(error) => last_error = error,
+            }
+        }
+        panic!("redis-server did not start: {last_error}");
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("client")
+    }
+
+    pub fn connection(&self) -> Connection {
+        self.client().get_connection().expect("connection")
+    }
+
+    pub fn resp3_connection(&self) -> Connection {
+        redis::Client::open(format!("{}?protocol=resp3", self.url()))
+            .expect("client")
+            .get_connection()
+            .expect("RESP3 connection")
+    }
+
+    /// Kills the server with SIGKILL: no shutdown save, no goodbye.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and directory (so it reloads its RDB
+    /// or AOF), after killing it if it still runs.
+    pub fn restart(&mut self) {
+        self.kill();
+        let child = spawn(self.dir.path(), self.port, &self.config)
+            .unwrap_or_else(|error| panic!("redis-server did not restart: {error}"));
+        self.child = Some(child);
+    }
+
+    /// Makes this server a replica of `master` and waits until the link is up and
+    /// the first sync is done.
+    pub fn replicate_from(&self, master: &Server) {
+        let mut con = self.connection();
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(master.port)
+            .query(&mut con)
+            .expect("REPLICAOF");
+        wait_until(Duration::from_secs(20), || {
+            info_field(&mut con, "replication", "master_link_status").as_deref() == Some("up")
+        });
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn spawn(dir: &Path, port: u16, config: &Config) -> Result<Child, String> {
+    let mut command = Command::new(server_binary());
+    command
+        .current_dir(dir)
+        .args(["--port", &port.to_string()])
+        .args(["--bind", "127.0.0.1"])
+        .args(["--dir", &dir.display().to_string()])
+        .args(["--logfile", "redis.log"])
+        .args(["--save", ""])
+        .args(["--enable-debug-command", "local"])
+        .arg("--loadmodule")
+        .arg(module_path())
+        .args(&config.module_args);
+    for (name, value) in &config.settings {
+        command.arg(format!("--{name}")).arg(value);
+    }
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", server_binary()))?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let url = format!("redis://127.0.0.1:{port}/");
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            let log = std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default();
+            return Err(format!("exited with {status}; log:\n{log}"));
+        }
+        let ready = redis::Client::open(url.as_str())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+            .and_then(|mut con| redis::cmd("PING").query::<String>(&mut con));
+        // PING answers LOADING while an AOF or RDB is still being read.
+        if ready.is_ok() {
+            return Ok(child);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    Err("not answering PING after 20 s".into())
+}
+
+/// Polls `condition` every 10 ms until it holds; panics after `limit`.
+pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !condition() {
+        assert!(
+            Instant::now() < deadline,
+            "condition not met within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// One field of `INFO section`.
+pub fn info_field(con: &mut Connection, section: &str, field: &str) -> Option<String> {
+    let text: String = redis::cmd("INFO").arg(section).query(con).ok()?;
+    text.lines()
+        .filter_map(|line| line.trim_end().split_once(':'))
+        .find(|(name, _)| *name == field)
+        .map(|(_, value)| value.to_string())
+}
+
+/// A counter of `INFO lock` (`lock_<name>`).
+pub fn lock_stat(con: &mut Connection, name: &str) -> i64 {
+    info_field(con, "lock", &format!("lock_{name}"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("INFO lock has no lock_{name}"))
+}
+
+pub fn acquire(con: &mut Connection, key: &str, owner: &str, ttl: i64) -> Option<i64> {
+    redis::cmd("LOCK.ACQUIRE")
+        .arg(key)
+        .arg(owner)
+        .arg(ttl)
+        .query(con)
+        .expect("LOCK.ACQUIRE")
+}
+
+pub fn release(con: &mut Connection, key: &str, owner: &str) -> i64 {
+    redis::cmd("LOCK.RELEASE")
+        .arg(key)
+        .arg(owner)
+        .query(con)
+        .expect("LOCK.RELEASE")
+}
+
+pub fn extend(con: &mut Connection, key: &str, owner: &str, ttl: i64) -> i64 {
+    redis::cmd("LOCK.EXTEND")
+        .arg(key)
+        .arg(owner)
+        .arg(ttl)
+        .query(con)
+        .expect("LOCK.EXTEND")
+}
+
+/// LOCK.INFO as (field, value) pairs, whichever protocol the connection speaks.
+pub fn lock_info(con: &mut Connection, key: &str) -> Option<LockInfo> {
+    let value: Value = redis::cmd("LOCK.INFO")
+        .arg(key)
+        .query(con)
+        .expect("LOCK.INFO");
+    LockInfo::from_value(value)
+}
+
+/// The fields of a LOCK.INFO reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockInfo {
+    pub owner: Vec<u8>,
+    pub ttl: i64,
+    pub token: i64,
+    pub waiters: i64,
+}
+
+impl LockInfo {
+    pub fn from_value(value: Value) -> Option<LockInfo> {
+        let pairs: Vec<(Value, Value)> = match value {
+            Value::Nil => return None,
+            Value::Map(pairs) => pairs,
+            Value::Array(items) => {
+                assert!(items.len() % 2 == 0, "odd RESP2 field/value array");
+                let mut items = items.into_iter();
+                let mut pairs = Vec::new();
+                while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                    pairs.push((k, v));
+                }
+                pairs
+            }
+            other => panic!("LOCK.INFO replied {other:?}"),
+        };
+        let mut info = LockInfo {
+            owner: Vec::new(),
+            ttl: i64::MIN,
+            token: i64::MIN,
+            waiters: i64::MIN,
+        };
+        for (name, value) in pairs {
+            let name: String = redis::from_redis_value(name).expect("field name");
+            match name.as_str() {
+                "owner" => info.owner = redis::from_redis_value(value).expect("owner"),
+                "ttl" => info.ttl = redis::from_redis_value(value).expect("ttl"),
+                "token" => info.token = redis::from_redis_value(value).expect("token"),
+                "waiters" => info.waiters = redis::from_redis_value(value).expect("waiters"),
+                other => panic!("unexpected LOCK.INFO field {other}"),
+            }
+        }
+        assert!(info.ttl != i64::MIN && info.token != i64::MIN && info.waiters != i64::MIN);
+        Some(info)
+    }
+}
+
+pub fn query<T: redis::FromRedisValue>(con: &mut Connection, args: &[&str]) -> RedisResult<T> {
+    let mut cmd = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    cmd.query(con)
+}
+
+pub fn pttl(con: &mut Connection, key: &str) -> i64 {
+    query(con, &["PTTL", key]).expect("PTTL")
+}
+
+pub fn dbsize(con: &mut Connection) -> i64 {
+    query(con, &["DBSIZE"]).expect("DBSIZE")
+}
