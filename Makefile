@@ -30,8 +30,8 @@ deps:
 	@$(PYTHON) -c 'import redis' 2>/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing redis-py"; \
-	    $(PYTHON) -m pip install --quiet --disable-pip-version-check redis \
-	      || $(PYTHON) -m pip install --quiet --disable-pip-version-check --break-system-packages redis; \
+	    $(PYTHON) -m pip install --quiet --disable-pip-version-check --root-user-action=ignore redis \
+	      || $(PYTHON) -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --break-system-packages redis; \
 	  else \
 	    echo "missing Python package redis; install it with: $(PYTHON) -m pip install --user redis"; exit 1; \
 	  fi; }

@@ -182,6 +182,7 @@ fn spawn(dir: &Path, port: u16, config: &Config) -> Result<Child, String> {
         .args(["--logfile", "redis.log"])
         .args(["--save", ""])
         .args(["--enable-debug-command", "local"])
+        .args(["--repl-diskless-sync-delay", "0"])
         .arg("--loadmodule")
         .arg(module_path())
         .args(&config.module_args);

@@ -1,0 +1,173 @@
+//! Locks and fencing tokens survive DEBUG RELOAD, a restart from RDB, a restart from
+//! AOF after SIGKILL, an AOF rewrite, and DUMP/RESTORE to another server.
+//!
+//! Tokens normally follow the clock (unix ms x 1000), which alone would make them
+//! increase across a restart. To test what is persisted rather than the clock, each
+//! test first raises the token high-water mark far above the clock with LOCK.APPLY:
+//! only a server that kept that mark can hand out a greater token afterwards.
+
+mod common;
+
+use common::*;
+use redis::Connection;
+
+/// Far above any clock-derived token (year 5138), far below i64::MAX.
+const HIGH: i64 = 100_000_000_000_000_000;
+
+fn apply(con: &mut Connection, key: &str, owner: &str, token: i64) {
+    let _: () = query(con, &["LOCK.APPLY", key, owner, &token.to_string()]).unwrap();
+}
+
+fn expire_time(con: &mut Connection, key: &str) -> i64 {
+    query(con, &["PEXPIRETIME", key]).unwrap()
+}
+
+/// Raises the high-water mark to HIGH with a lock that is then force-released, so
+/// nothing in the keyspace carries it.
+fn raise_high_water(con: &mut Connection) {
+    apply(con, "seed", "seed", HIGH);
+    let _: i64 = query(con, &["DEL", "seed"]).unwrap();
+    assert_eq!(lock_stat(con, "last_token"), HIGH);
+}
+
+#[test]
+fn tokens_increase_through_release_expiry_and_del() {
+    let server = Server::start();
+    let mut con = server.connection();
+    raise_high_water(&mut con);
+    let mut tokens = vec![acquire(&mut con, "k", "a", 10_000).unwrap()];
+    release(&mut con, "k", "a");
+    tokens.push(acquire(&mut con, "k", "b", 20).unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(40));
+    tokens.push(acquire(&mut con, "k", "c", 10_000).unwrap());
+    let _: i64 = query(&mut con, &["DEL", "k"]).unwrap();
+    tokens.push(acquire(&mut con, "k", "d", 10_000).unwrap());
+    assert!(tokens[0] > HIGH);
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+#[test]
+fn debug_reload_keeps_locks_and_the_high_water_mark() {
+    let server = Server::start();
+    let mut con = server.connection();
+    raise_high_water(&mut con);
+    let token = acquire(&mut con, "k", "a", 60_000).unwrap();
+    let at = expire_time(&mut con, "k");
+    let digest: String = query(&mut con, &["DEBUG", "DIGEST"]).unwrap();
+    let _: () = query(&mut con, &["DEBUG", "RELOAD"]).unwrap();
+    assert_eq!(
+        query::<String>(&mut con, &["DEBUG", "DIGEST"]).unwrap(),
+        digest
+    );
+    let info = lock_info(&mut con, "k").unwrap();
+    assert_eq!((info.owner.as_slice(), info.token), (&b"a"[..], token));
+    assert_eq!(expire_time(&mut con, "k"), at);
+    release(&mut con, "k", "a");
+    assert!(acquire(&mut con, "k", "b", 1_000).unwrap() > token);
+}
+
+#[test]
+fn a_restart_from_rdb_restores_locks_and_the_high_water_mark() {
+    let mut server = Server::start();
+    let mut con = server.connection();
+    raise_high_water(&mut con);
+    let token = acquire(&mut con, "k", "a", 60_000).unwrap();
+    release(&mut con, "k", "a");
+    let held = acquire(&mut con, "held", "b", 60_000).unwrap();
+    let held_at = expire_time(&mut con, "held");
+    let _: () = query(&mut con, &["SAVE"]).unwrap();
+
+    server.restart();
+    let mut con = server.connection();
+    assert_eq!(
+        lock_stat(&mut con, "last_token"),
+        held,
+        "high-water mark kept"
+    );
+    let info = lock_info(&mut con, "held").unwrap();
+    assert_eq!((info.owner.as_slice(), info.token), (&b"b"[..], held));
+    assert_eq!(expire_time(&mut con, "held"), held_at);
+    assert_eq!(lock_info(&mut con, "k"), None);
+    let next = acquire(&mut con, "k", "c", 1_000).unwrap();
+    assert!(next > held && held > token);
+}
+
+#[test]
+fn a_restart_from_aof_after_sigkill_loses_no_grant() {
+    let mut server = Server::with(Config::default().aof());
+    let mut con = server.connection();
+    raise_high_water(&mut con);
+    let first = acquire(&mut con, "k", "a", 60_000).unwrap();
+    release(&mut con, "k", "a");
+    let held = acquire(&mut con, "held", "b", 60_000).unwrap();
+    assert_eq!(extend(&mut con, "held", "b", 120_000), 1);
+    let held_at = expire_time(&mut con, "held");
+    let refreshed = acquire(&mut con, "held", "b", 90_000).unwrap();
+    assert_eq!(refreshed, held);
+    let refreshed_at = expire_time(&mut con, "held");
+    assert!(refreshed_at < held_at);
+
+    server.kill(); // SIGKILL: only what appendfsync always wrote survives
+    server.restart();
+    let mut con = server.connection();
+    assert_eq!(lock_stat(&mut con, "last_token"), held);
+    let info = lock_info(&mut con, "held").unwrap();
+    assert_eq!((info.owner.as_slice(), info.token), (&b"b"[..], held));
+    assert_eq!(
+        expire_time(&mut con, "held"),
+        refreshed_at,
+        "same absolute expiry"
+    );
+    assert_eq!(lock_info(&mut con, "k"), None, "the release was replayed");
+    let next = acquire(&mut con, "k", "c", 1_000).unwrap();
+    assert!(next > held && held > first);
+}
+
+#[test]
+fn an_aof_rewrite_without_rdb_preamble_keeps_locks_and_expiries() {
+    let mut server = Server::with(Config::default().aof().set("aof-use-rdb-preamble", "no"));
+    let mut con = server.connection();
+    raise_high_water(&mut con);
+    let token = acquire(&mut con, "k", "a", 60_000).unwrap();
+    let at = expire_time(&mut con, "k");
+    let _: String = query(&mut con, &["BGREWRITEAOF"]).unwrap();
+    wait_until(std::time::Duration::from_secs(20), || {
+        info_field(&mut con, "persistence", "aof_rewrite_in_progress").as_deref() == Some("0")
+            && info_field(&mut con, "persistence", "aof_rewrite_scheduled").as_deref() == Some("0")
+    });
+    server.kill();
+    server.restart();
+    let mut con = server.connection();
+    let info = lock_info(&mut con, "k").unwrap();
+    assert_eq!((info.owner.as_slice(), info.token), (&b"a"[..], token));
+    assert_eq!(expire_time(&mut con, "k"), at);
+    release(&mut con, "k", "a");
+    assert!(acquire(&mut con, "k", "b", 1_000).unwrap() > token);
+}
+
+#[test]
+fn restore_on_another_server_raises_its_tokens() {
+    let source = Server::start();
+    let target = Server::start();
+    let mut src = source.connection();
+    let mut dst = target.connection();
+    raise_high_water(&mut src);
+    let token = acquire(&mut src, "k", "a", 60_000).unwrap();
+    let payload: Vec<u8> = query(&mut src, &["DUMP", "k"]).unwrap();
+    let before = acquire(&mut dst, "other", "x", 60_000).unwrap();
+    assert!(before < token, "the target's own tokens follow its clock");
+
+    let _: () = redis::cmd("RESTORE")
+        .arg("k")
+        .arg(0)
+        .arg(payload)
+        .query(&mut dst)
+        .unwrap();
+    let info = lock_info(&mut dst, "k").unwrap();
+    assert_eq!((info.owner.as_slice(), info.token), (&b"a"[..], token));
+    assert_eq!(release(&mut dst, "k", "a"), 1);
+    let next = acquire(&mut dst, "k", "b", 1_000).unwrap();
+    assert!(next > token, "{next} after restored {token}");
+    let elsewhere = acquire(&mut dst, "fresh", "b", 1_000).unwrap();
+    assert!(elsewhere > next);
+}

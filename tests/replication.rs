@@ -1,0 +1,134 @@
+//! A replica holds the same locks, owners, tokens and absolute expiries as its master;
+//! it refuses writes, answers LOCK.INFO, and once promoted keeps tokens increasing.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use redis::Connection;
+
+/// Waits until the replica has everything the master wrote so far.
+fn sync(master: &mut Connection) {
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(master).unwrap();
+    assert_eq!(acked, 1, "replica did not acknowledge");
+}
+
+fn expire_time(con: &mut Connection, key: &str) -> i64 {
+    query(con, &["PEXPIRETIME", key]).unwrap()
+}
+
+fn pair() -> (Server, Server) {
+    let master = Server::start();
+    let replica = Server::start();
+    replica.replicate_from(&master);
+    (master, replica)
+}
+
+#[test]
+fn a_replica_holds_the_same_owner_token_and_expiry() {
+    let (master, replica) = pair();
+    let (mut m, mut r) = (master.connection(), replica.connection());
+    let token = acquire(&mut m, "job", "worker-1", 60_000).unwrap();
+    sync(&mut m);
+    let info = lock_info(&mut r, "job").expect("the replica has the lock");
+    assert_eq!(
+        (info.owner.as_slice(), info.token),
+        (&b"worker-1"[..], token)
+    );
+    assert_eq!(expire_time(&mut r, "job"), expire_time(&mut m, "job"));
+
+    // A refresh and an extend move the expiry identically on both.
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(acquire(&mut m, "job", "worker-1", 90_000), Some(token));
+    sync(&mut m);
+    assert_eq!(expire_time(&mut r, "job"), expire_time(&mut m, "job"));
+    assert_eq!(extend(&mut m, "job", "worker-1", 120_000), 1);
+    sync(&mut m);
+    assert_eq!(expire_time(&mut r, "job"), expire_time(&mut m, "job"));
+
+    let digest_m: String = query(&mut m, &["DEBUG", "DIGEST"]).unwrap();
+    let digest_r: String = query(&mut r, &["DEBUG", "DIGEST"]).unwrap();
+    assert_eq!(digest_m, digest_r);
+
+    assert_eq!(release(&mut m, "job", "worker-1"), 1);
+    sync(&mut m);
+    assert_eq!(dbsize(&mut r), 0);
+}
+
+#[test]
+fn an_expiry_on_the_master_removes_the_lock_on_the_replica() {
+    let (master, replica) = pair();
+    let (mut m, mut r) = (master.connection(), replica.connection());
+    acquire(&mut m, "job", "a", 30).unwrap();
+    sync(&mut m);
+    wait_until(Duration::from_secs(5), || dbsize(&mut r) == 0);
+    assert_eq!(lock_info(&mut r, "job"), None);
+}
+
+#[test]
+fn a_replica_refuses_writes_and_answers_info() {
+    let (master, replica) = pair();
+    let (mut m, mut r) = (master.connection(), replica.connection());
+    acquire(&mut m, "job", "a", 60_000).unwrap();
+    sync(&mut m);
+    for args in [
+        &["LOCK.ACQUIRE", "job", "a", "100"][..],
+        &["LOCK.ACQUIRE", "free", "a", "100"],
+        &["LOCK.RELEASE", "job", "a"],
+        &["LOCK.EXTEND", "job", "a", "100"],
+    ] {
+        let error = query::<redis::Value>(&mut r, args).unwrap_err();
+        assert_eq!(error.code(), Some("READONLY"), "{args:?}: {error}");
+    }
+    assert_eq!(lock_info(&mut r, "job").unwrap().owner, b"a");
+    assert_eq!(lock_info(&mut m, "job").unwrap().owner, b"a");
+}
+
+#[test]
+fn a_promoted_replica_keeps_tokens_increasing() {
+    let (master, replica) = pair();
+    let (mut m, mut r) = (master.connection(), replica.connection());
+    // Raise the master's tokens far above the clock, so only replication can carry
+    // them to the replica.
+    let high = 100_000_000_000_000_000_i64;
+    let _: () = query(&mut m, &["LOCK.APPLY", "seed", "seed", &high.to_string()]).unwrap();
+    let _: i64 = query(&mut m, &["DEL", "seed"]).unwrap();
+    let mut last = 0;
+    for i in 0..10 {
+        let key = format!("k{i}");
+        last = acquire(&mut m, &key, "a", 60_000).unwrap();
+        if i % 2 == 0 {
+            release(&mut m, &key, "a");
+        }
+    }
+    assert!(last > high);
+    sync(&mut m);
+    assert_eq!(lock_stat(&mut r, "last_token"), last);
+
+    let _: () = query(&mut r, &["REPLICAOF", "NO", "ONE"]).unwrap();
+    let next = acquire(&mut r, "k0", "b", 60_000).unwrap();
+    assert!(next > last, "{next} after {last}");
+    assert_eq!(
+        acquire(&mut r, "k1", "b", 60_000),
+        None,
+        "k1 is still held by a"
+    );
+    assert!(lock_stat(&mut m, "last_token") < next);
+}
+
+#[test]
+fn a_full_sync_carries_the_high_water_mark() {
+    // The replica attaches after the grants: it learns them from the RDB transfer.
+    let master = Server::start();
+    let mut m = master.connection();
+    let high = 100_000_000_000_000_000_i64;
+    let _: () = query(&mut m, &["LOCK.APPLY", "seed", "seed", &high.to_string()]).unwrap();
+    let _: i64 = query(&mut m, &["DEL", "seed"]).unwrap();
+    let token = acquire(&mut m, "held", "a", 60_000).unwrap();
+    let replica = Server::start();
+    replica.replicate_from(&master);
+    let mut r = replica.connection();
+    assert_eq!(lock_stat(&mut r, "last_token"), token);
+    assert_eq!(lock_info(&mut r, "held").unwrap().token, token);
+}
