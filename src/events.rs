@@ -1,16 +1,21 @@
-//! What happens when Redis removes a lock by itself (expiry) or on an administrator's
-//! DEL. Redis tells the data type first ("unlink"), then sends the keyspace event;
-//! only the pair says that the removed key was a lock and why.
+//! What happens when Redis removes a key by itself (expiry, eviction) or on an
+//! administrator's command (DEL, UNLINK, RENAME, MOVE, FLUSHDB). Redis tells the data
+//! type first ("unlink"), then sends the keyspace event; the pair says that the
+//! removed key was a lock and why.
 
 use std::cell::RefCell;
 
+use crate::blocking;
+use crate::ffi::Ctx;
 use crate::state::STATS;
 
 /// A keyspace event the module acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyEvent {
     Expired,
-    Deleted,
+    Evicted,
+    /// DEL, UNLINK, RENAME or MOVE took the key away.
+    Removed,
 }
 
 thread_local! {
@@ -41,13 +46,12 @@ fn take_unlinked(key: &[u8]) -> bool {
     })
 }
 
-/// Redis reports `event` on `key`.
-pub fn key_event(event: KeyEvent, key: &[u8]) {
-    if !take_unlinked(key) {
-        return;
+/// Redis reports `event` on `key` in database `db`.
+pub fn key_event(ctx: Ctx, event: KeyEvent, db: i32, key: &[u8]) {
+    let was_lock = take_unlinked(key);
+    if was_lock && event == KeyEvent::Expired {
+        STATS.expirations.incr();
     }
-    match event {
-        KeyEvent::Expired => STATS.expirations.incr(),
-        KeyEvent::Deleted => {}
-    }
+    // Whatever was there, the key may be free now for whoever waits on it.
+    blocking::key_removed(ctx, db, key);
 }

@@ -6,6 +6,7 @@
 //! `events` and `observe` say what the module does with keys, replication, keyspace
 //! events and INFO; `ffi` is the only code that calls the Redis C API.
 
+pub mod blocking;
 pub mod commands;
 pub mod events;
 pub mod ffi;
@@ -43,7 +44,10 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         redis_module::raw::redis_log(ctx.raw(), &format!("lock module: {error}"));
         return Status::Err;
     }
-    if !ffi::info::register(ctx) || !ffi::events::subscribe(ctx) {
+    if !ffi::info::register(ctx)
+        || !ffi::events::subscribe(ctx)
+        || !ffi::block::subscribe_flush(ctx)
+    {
         return Status::Err;
     }
     Status::Ok

@@ -1,7 +1,8 @@
 //! `LOCK.ACQUIRE key owner ttl [WAIT timeout]`
 
-use super::args::parse_acquire;
+use super::args::{parse_acquire, Wait};
 use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
+use crate::blocking;
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Args, Ctx};
 use crate::lock::{plan_acquire, AcquirePlan, Lock};
@@ -10,10 +11,11 @@ use crate::state::{limits, MINT, STATS};
 
 pub const COMMAND: Command = Command {
     name: c"lock.acquire",
-    flags: c"write deny-oom fast",
+    // Not `fast`: with WAIT it may block, as BLPOP does.
+    flags: c"write deny-oom blocking",
     arity: -4,
     key_access: KeyAccess::ReadWrite,
-    summary: c"Takes the lock at key for owner with a TTL and replies with its fencing token; null while another owner holds it.",
+    summary: c"Takes the lock at key for owner with a TTL and replies with its fencing token; null while another owner holds it, or with WAIT, queues until it frees.",
     handler: acquire,
 };
 
@@ -27,9 +29,11 @@ fn acquire(ctx: Ctx, args: &Args) -> Reply {
         Ok(request) => request,
         Err(error) => return Reply::error(error.to_string()),
     };
-    if request.wait.is_some() {
-        return Reply::error("ERR WAIT is not supported by this build of the lock module");
-    }
+    let key_bytes = key.as_bytes();
+    let db = ctx.selected_db();
+    // A free lock with waiters is theirs: hand it to the oldest before looking.
+    blocking::hand_off(ctx, db, key_bytes);
+
     let mut open = OpenKey::write(ctx, key);
     let now = ctx.now_ms();
     let plan = match lock_in(open.slot()) {
@@ -42,7 +46,7 @@ fn acquire(ctx: Ctx, args: &Args) -> Reply {
             {
                 return Reply::error("ERR could not store the lock");
             }
-            propagate::grant(ctx, key, request.owner, token, expires_at);
+            propagate::grant(ctx, key_bytes, request.owner, token, expires_at);
             STATS.acquisitions.incr();
             Reply::Integer(token)
         }
@@ -50,13 +54,24 @@ fn acquire(ctx: Ctx, args: &Args) -> Reply {
             if !open.set_expires_at(expires_at) {
                 return Reply::error("ERR could not set the lock's expiry");
             }
-            propagate::expiry(ctx, key, expires_at);
+            propagate::expiry(ctx, key_bytes, expires_at);
             STATS.refreshes.incr();
             Reply::Integer(token)
         }
         Ok(AcquirePlan::Busy) => {
             STATS.contended.incr();
-            Reply::Null
+            drop(open);
+            match request.wait {
+                // MULTI, scripts and replicated streams cannot block: as without WAIT.
+                Some(wait) if !ctx.where_().cannot_block => {
+                    let timeout_ms = match wait {
+                        Wait::Forever => 0,
+                        Wait::Millis(ms) => ms,
+                    };
+                    blocking::enqueue(ctx, key_bytes, request.owner, request.ttl, timeout_ms)
+                }
+                _ => Reply::Null,
+            }
         }
         Err(error) => error.into(),
     }

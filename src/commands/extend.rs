@@ -37,7 +37,7 @@ fn extend(ctx: Ctx, args: &Args) -> Reply {
             if !open.set_expires_at(expires_at) {
                 return Reply::error("ERR could not set the lock's expiry");
             }
-            propagate::expiry(ctx, key, expires_at);
+            propagate::expiry(ctx, key.as_bytes(), expires_at);
             STATS.extends.incr();
             Reply::Integer(1)
         }

@@ -1,6 +1,7 @@
 //! `LOCK.INFO key`
 
 use super::{key_and_rest, lock_in, Command, KeyAccess, LockInfo, Reply, MAX_ARGS};
+use crate::blocking;
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Args, Ctx};
 
@@ -28,7 +29,7 @@ fn info(ctx: Ctx, args: &Args) -> Reply {
                 .expires_at()
                 .map_or(-1, |at| at.saturating_sub(ctx.now_ms()).max(0)),
             token: lock.token(),
-            waiters: 0,
+            waiters: blocking::waiters(ctx.selected_db(), key.as_bytes()) as i64,
         }),
         Ok(None) => Reply::Null,
         Err(reply) => reply,

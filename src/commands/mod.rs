@@ -56,6 +56,8 @@ pub enum Reply {
     Error(Cow<'static, str>),
     WrongArity,
     Info(LockInfo),
+    /// The client is blocked; its reply comes when it is woken.
+    Blocked,
 }
 
 /// The fields of LOCK.INFO.
@@ -82,6 +84,7 @@ impl Reply {
             Reply::Ok => ctx.reply_simple_ok(),
             Reply::Error(text) => ctx.reply_error(text),
             Reply::WrongArity => ctx.reply_wrong_arity(),
+            Reply::Blocked => {}
             Reply::Info(info) => {
                 ctx.reply_map(4);
                 ctx.reply_bulk(b"owner");

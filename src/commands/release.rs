@@ -2,6 +2,7 @@
 
 use super::args::parse_owner;
 use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
+use crate::blocking;
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Args, Ctx};
 use crate::lock::may_release;
@@ -36,8 +37,10 @@ fn release(ctx: Ctx, args: &Args) -> Reply {
             if !open.delete() {
                 return Reply::error("ERR could not delete the lock");
             }
-            propagate::release(ctx, key);
+            drop(open);
+            propagate::release(ctx, key.as_bytes());
             STATS.releases.incr();
+            blocking::hand_off(ctx, ctx.selected_db(), key.as_bytes());
             Reply::Integer(1)
         }
         Ok(_) => Reply::Integer(0),

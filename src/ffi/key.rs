@@ -30,6 +30,20 @@ impl OpenKey {
         Self::open(ctx, name, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE)
     }
 
+    /// Opens for writing a key known only by its bytes (timers, events).
+    pub fn write_bytes(ctx: Ctx, name: &[u8]) -> Self {
+        let name = call!(RedisModule_CreateString(ctx.raw(), name.as_ptr().cast(), name.len()) else std::ptr::null_mut());
+        let Some(string) = RString::from_ptr(name) else {
+            return OpenKey {
+                key: std::ptr::null_mut(),
+            };
+        };
+        let open = Self::open(ctx, string, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE);
+        // The open key holds its own reference to the name.
+        call!(RedisModule_FreeString(ctx.raw(), name) else ());
+        open
+    }
+
     fn open(ctx: Ctx, name: &RString, mode: u32) -> Self {
         let key = call!(RedisModule_OpenKey(ctx.raw(), name.as_ptr(), mode as _) else std::ptr::null_mut());
         OpenKey { key }

@@ -6,6 +6,7 @@
 //! value instead of a panic; `check_required_apis` refuses to load the module on a
 //! server that lacks one we need, so the fallbacks are never taken in practice.
 
+pub mod block;
 pub mod command;
 pub mod datatype;
 pub mod events;
@@ -86,6 +87,18 @@ pub fn missing_required_apis() -> Vec<&'static str> {
         RedisModule_InfoAddSection,
         RedisModule_InfoAddFieldLongLong,
         RedisModule_SubscribeToKeyspaceEvents,
+        RedisModule_SubscribeToServerEvent,
+        RedisModule_BlockClient,
+        RedisModule_UnblockClient,
+        RedisModule_SetDisconnectCallback,
+        RedisModule_GetBlockedClientPrivateData,
+        RedisModule_GetBlockedClientHandle,
+        RedisModule_CreateTimer,
+        RedisModule_StopTimer,
+        RedisModule_GetSelectedDb,
+        RedisModule_SelectDb,
+        RedisModule_CreateString,
+        RedisModule_FreeString,
     )
 }
 

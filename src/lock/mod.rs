@@ -2,6 +2,7 @@
 //! and extend. Nothing here knows about Redis; time comes in as an argument (Unix
 //! milliseconds), so every rule is unit-tested without a server.
 
+pub mod queue;
 pub mod stats;
 pub mod token;
 

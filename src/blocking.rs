@@ -1,0 +1,225 @@
+//! Waiting for a lock: `LOCK.ACQUIRE … WAIT`. Waiters queue per key in FIFO order
+//! (`lock::queue`); when the lock frees, the oldest live waiter gets it in the same
+//! step, with a fresh token, propagated like any grant.
+//!
+//! What frees a lock, and where the hand-off runs:
+//! - LOCK.RELEASE: inline, in the releasing command.
+//! - Expiry: a timer per queued key fires one millisecond after the lock's expiry
+//!   (Redis alone may remove an expired key much later) and opens the key, which makes
+//!   Redis delete it; the hand-off follows in that timer.
+//! - DEL, UNLINK, RENAME, eviction, FLUSHDB/FLUSHALL: Redis 7.0 forbids writes inside
+//!   keyspace events, so the key is marked and a zero-delay timer hands off.
+//!
+//! In between, a free key with waiters is never free for anyone else: LOCK.ACQUIRE
+//! first hands off to the queue, and only then looks at the lock.
+
+use std::cell::RefCell;
+
+use crate::commands::Reply;
+use crate::ffi::block::Blocked;
+use crate::ffi::key::{OpenKey, Slot};
+use crate::ffi::Ctx;
+use crate::lock::queue::{Queues, Waiter};
+use crate::lock::{expires_at, Lock};
+use crate::propagate;
+use crate::state::{MINT, STATS};
+
+/// What a woken waiter is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// It holds the lock, with this token.
+    Token(i64),
+    /// The lock could not be granted (an error reply).
+    Error(&'static str),
+}
+
+/// Work for a module timer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimerJob {
+    /// The lock at this key may have just expired.
+    Expiry { db: i32, key: Box<[u8]> },
+    /// Keys marked by keyspace or flush events may have freed.
+    Marked,
+}
+
+#[derive(Default)]
+struct Waiting {
+    queues: Queues<Blocked>,
+    /// Keys that may have freed since the last hand-off pass.
+    marked: Vec<(i32, Box<[u8]>)>,
+    marked_timer_armed: bool,
+}
+
+thread_local! {
+    // Redis calls module code from its main thread only.
+    static WAITING: RefCell<Waiting> = RefCell::new(Waiting::default());
+}
+
+/// Runs `f` on the waiting state. Callers never call into Redis inside `f`: Redis may
+/// call back (keyspace events) and would find the state borrowed.
+fn with<T>(f: impl FnOnce(&mut Waiting) -> T) -> Option<T> {
+    WAITING.with(|cell| cell.try_borrow_mut().ok().map(|mut w| f(&mut w)))
+}
+
+/// Clients waiting on `key` now.
+pub fn waiters(db: i32, key: &[u8]) -> usize {
+    with(|w| w.queues.waiting(db, key)).unwrap_or(0)
+}
+
+/// Blocks the caller at the back of `key`'s queue. The lock is held now; its expiry
+/// (`expires_at`) is watched so the queue moves the moment it lapses.
+pub fn enqueue(ctx: Ctx, key: &[u8], owner: &[u8], ttl: i64, timeout_ms: i64) -> Reply {
+    let Some(handle) = ctx.block(timeout_ms) else {
+        return Reply::error("ERR this client cannot be blocked");
+    };
+    let db = ctx.selected_db();
+    let waiter = Waiter {
+        handle,
+        owner: owner.into(),
+        ttl,
+    };
+    with(|w| w.queues.push(db, key, waiter));
+    STATS.waiters.incr();
+    let expiry = OpenKey::write_bytes(ctx, key).expires_at();
+    watch_expiry(ctx, db, key, expiry);
+    Reply::Blocked
+}
+
+/// Hands the free lock at `key` to the oldest waiter; returns true if it did.
+/// Must run with `db` selected in `ctx`.
+pub fn hand_off(ctx: Ctx, db: i32, key: &[u8]) -> bool {
+    if waiters(db, key) == 0 {
+        return false;
+    }
+    let mut open = OpenKey::write_bytes(ctx, key);
+    let expiry = open.expires_at();
+    if !matches!(open.slot(), Slot::Empty) {
+        // Still held (or now another type): watch the expiry it has now.
+        drop(open);
+        watch_expiry(ctx, db, key, expiry);
+        return false;
+    }
+    let Some(waiter) = with(|w| w.queues.pop_front(db, key)).flatten() else {
+        return false;
+    };
+    STATS.waiters.decr();
+    let now = ctx.now_ms();
+    let grant = expires_at(now, waiter.ttl)
+        .ok()
+        .and_then(|at| Some((MINT.mint(now)?, at)));
+    let Some((token, at)) = grant else {
+        waiter
+            .handle
+            .answer(Outcome::Error("ERR the lock could not be granted"));
+        drop(open);
+        return hand_off(ctx, db, key);
+    };
+    if !(open.set_lock(Lock::new(&waiter.owner, token)) && open.set_expires_at(at)) {
+        waiter
+            .handle
+            .answer(Outcome::Error("ERR could not store the lock"));
+        return false;
+    }
+    drop(open);
+    propagate::grant(ctx, key, &waiter.owner, token, at);
+    STATS.acquisitions.incr();
+    STATS.hand_offs.incr();
+    waiter.handle.answer(Outcome::Token(token));
+    // Other waiters with the same owner (a client retrying its WAIT) hold it too.
+    let same_owner = with(|w| w.queues.take_owner(db, key, &waiter.owner)).unwrap_or_default();
+    for retry in same_owner {
+        STATS.waiters.decr();
+        retry.handle.answer(Outcome::Token(token));
+    }
+    watch_expiry(ctx, db, key, Some(at));
+    true
+}
+
+/// Keeps one timer per queued key, due one millisecond after `expires_at` (Redis
+/// treats a key as expired once its time is strictly past).
+fn watch_expiry(ctx: Ctx, db: i32, key: &[u8], expires_at: Option<i64>) {
+    if waiters(db, key) == 0 {
+        return;
+    }
+    let timer = expires_at.map(|at| {
+        let delay = at.saturating_sub(ctx.now_ms()).saturating_add(1);
+        ctx.start_timer(
+            delay,
+            TimerJob::Expiry {
+                db,
+                key: key.into(),
+            },
+        )
+    });
+    let replaced = with(|w| w.queues.set_expiry_timer(db, key, timer)).flatten();
+    if let Some(old) = replaced.filter(|old| Some(*old) != timer) {
+        ctx.stop_timer(old);
+    }
+}
+
+/// A module timer fired.
+pub fn timer_fired(ctx: Ctx, job: TimerJob) {
+    match job {
+        TimerJob::Expiry { db, key } => {
+            // This timer is the queue's current one (a replaced timer is stopped).
+            with(|w| w.queues.set_expiry_timer(db, &key, None));
+            if ctx.select_db(db) {
+                hand_off(ctx, db, &key);
+            }
+        }
+        TimerJob::Marked => {
+            let marked = with(|w| {
+                w.marked_timer_armed = false;
+                std::mem::take(&mut w.marked)
+            })
+            .unwrap_or_default();
+            for (db, key) in marked {
+                if ctx.select_db(db) {
+                    hand_off(ctx, db, &key);
+                }
+            }
+        }
+    }
+}
+
+/// Marks keys that may have freed, and arms the zero-delay timer once.
+fn mark(ctx: Ctx, keys: Vec<(i32, Box<[u8]>)>) {
+    if keys.is_empty() {
+        return;
+    }
+    let arm = with(|w| {
+        w.marked.extend(keys);
+        !std::mem::replace(&mut w.marked_timer_armed, true)
+    });
+    if arm == Some(true) {
+        ctx.start_timer(0, TimerJob::Marked);
+    }
+}
+
+/// Redis removed or moved `key` (DEL, UNLINK, RENAME, expiry, eviction).
+pub fn key_removed(ctx: Ctx, db: i32, key: &[u8]) {
+    if waiters(db, key) > 0 {
+        mark(ctx, vec![(db, key.into())]);
+    }
+}
+
+/// FLUSHDB (`Some(db)`) or FLUSHALL (`None`) emptied databases.
+pub fn flushed(ctx: Ctx, db: Option<i32>) {
+    let keys = with(|w| w.queues.keys(db)).unwrap_or_default();
+    mark(ctx, keys);
+}
+
+/// A waiter's timeout passed: it leaves the queue (its reply is null).
+pub fn timed_out(handle: Blocked) {
+    if with(|w| w.queues.remove(handle)).flatten().is_some() {
+        STATS.waiters.decr();
+        STATS.wait_timeouts.incr();
+    }
+}
+
+/// A waiter disconnected or was unblocked by CLIENT UNBLOCK: it leaves the queue.
+pub fn left(handle: Blocked) {
+    if with(|w| w.queues.remove(handle)).flatten().is_some() {
+        STATS.waiters.decr();
+    }
+}

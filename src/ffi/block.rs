@@ -1,0 +1,165 @@
+//! Blocked clients, timers, databases and the flush event: the C side of waiting.
+//! What waiting means (queues, hand-offs) is in `crate::blocking`.
+//!
+//! A waiter is blocked with `RedisModule_BlockClient` (not `BlockClientOnKeys`: on
+//! Redis 7.0 a deleted or expired key wakes no one) and answered with
+//! `RedisModule_UnblockClient(bc, outcome)`; the reply callback then sends the outcome.
+
+use std::ffi::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+
+use redis_module::raw;
+
+use super::{call, Ctx, ERR, OK};
+use crate::blocking::{self, Outcome, TimerJob};
+
+/// A blocked client, by the handle Redis gave it; valid until it is unblocked, times
+/// out or disconnects (each of which removes it from the queues first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Blocked(usize);
+
+impl Blocked {
+    fn as_ptr(self) -> *mut raw::RedisModuleBlockedClient {
+        self.0 as *mut raw::RedisModuleBlockedClient
+    }
+
+    /// Wakes the client with `outcome` as its reply.
+    pub fn answer(self, outcome: Outcome) {
+        let data = Box::into_raw(Box::new(outcome)).cast::<c_void>();
+        if call!(RedisModule_UnblockClient(self.as_ptr(), data) else ERR) != OK {
+            // SAFETY: Redis did not take the box.
+            drop(unsafe { Box::from_raw(data.cast::<Outcome>()) });
+        }
+    }
+}
+
+extern "C" fn reply(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    let ctx = Ctx::new(ctx);
+    let data = call!(RedisModule_GetBlockedClientPrivateData(ctx.raw()) else ptr::null_mut());
+    // SAFETY: the private data is the `Box<Outcome>` given to `answer`, freed by
+    // `free_outcome` after this callback.
+    match unsafe { data.cast::<Outcome>().as_ref() } {
+        Some(Outcome::Token(token)) => ctx.reply_integer(*token),
+        Some(Outcome::Error(text)) => ctx.reply_error(text),
+        None => ctx.reply_null(),
+    }
+    OK
+}
+
+extern "C" fn timeout(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    let ctx = Ctx::new(ctx);
+    let bc = call!(RedisModule_GetBlockedClientHandle(ctx.raw()) else ptr::null_mut());
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        blocking::timed_out(Blocked(bc as usize))
+    }));
+    ctx.reply_null();
+    OK
+}
+
+extern "C" fn disconnected(_ctx: *mut raw::RedisModuleCtx, bc: *mut raw::RedisModuleBlockedClient) {
+    let _ = catch_unwind(AssertUnwindSafe(|| blocking::left(Blocked(bc as usize))));
+}
+
+extern "C" fn free_outcome(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    if !data.is_null() {
+        // SAFETY: the only private data ever set is a `Box<Outcome>` from `answer`.
+        drop(unsafe { Box::from_raw(data.cast::<Outcome>()) });
+    }
+}
+
+extern "C" fn timer_fired(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    if data.is_null() {
+        return;
+    }
+    // SAFETY: timer data is always a `Box<TimerJob>` from `start_timer`; Redis hands
+    // it back exactly once, here or to `stop_timer`.
+    let job = unsafe { Box::from_raw(data.cast::<TimerJob>()) };
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        blocking::timer_fired(Ctx::new(ctx), *job)
+    }));
+}
+
+extern "C" fn flushed(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
+        return;
+    }
+    // SAFETY: the flush event passes a RedisModuleFlushInfo.
+    let Some(info) = (unsafe { data.cast::<raw::RedisModuleFlushInfo>().as_ref() }) else {
+        return;
+    };
+    // dbnum is -1 for FLUSHALL.
+    let db = (info.dbnum >= 0).then_some(info.dbnum);
+    let _ = catch_unwind(AssertUnwindSafe(|| blocking::flushed(Ctx::new(ctx), db)));
+}
+
+impl Ctx {
+    /// Blocks the calling client for up to `timeout_ms` (0: no limit). `None` when
+    /// Redis refuses (it then has already replied).
+    pub fn block(self, timeout_ms: i64) -> Option<Blocked> {
+        let bc = call!(RedisModule_BlockClient(
+            self.raw(),
+            Some(reply),
+            Some(timeout),
+            Some(free_outcome),
+            timeout_ms,
+        ) else ptr::null_mut());
+        if bc.is_null() {
+            return None;
+        }
+        call!(RedisModule_SetDisconnectCallback(bc, Some(disconnected)) else ());
+        Some(Blocked(bc as usize))
+    }
+
+    pub fn selected_db(self) -> i32 {
+        call!(RedisModule_GetSelectedDb(self.raw()) else 0)
+    }
+
+    /// Selects `db` for the keys this context opens next.
+    pub fn select_db(self, db: i32) -> bool {
+        self.selected_db() == db || call!(RedisModule_SelectDb(self.raw(), db) else ERR) == OK
+    }
+
+    /// Runs `job` after `delay_ms`; returns the timer id.
+    pub fn start_timer(self, delay_ms: i64, job: TimerJob) -> u64 {
+        let data = Box::into_raw(Box::new(job)).cast::<c_void>();
+        let id = call!(RedisModule_CreateTimer(self.raw(), delay_ms.max(0), Some(timer_fired), data) else 0);
+        if id == 0 {
+            // SAFETY: the timer was not created; the job is still ours.
+            drop(unsafe { Box::from_raw(data.cast::<TimerJob>()) });
+        }
+        id
+    }
+
+    /// Cancels a timer that has not fired yet; a fired or unknown id is ignored.
+    pub fn stop_timer(self, id: u64) {
+        let mut data: *mut c_void = ptr::null_mut();
+        if call!(RedisModule_StopTimer(self.raw(), id, &mut data) else ERR) == OK && !data.is_null()
+        {
+            // SAFETY: Redis hands back the `Box<TimerJob>` of a cancelled timer.
+            drop(unsafe { Box::from_raw(data.cast::<TimerJob>()) });
+        }
+    }
+}
+
+/// Subscribes to FLUSHDB/FLUSHALL, which remove keys without per-key events.
+pub fn subscribe_flush(ctx: Ctx) -> bool {
+    let event = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_FLUSHDB,
+        dataver: 1,
+    };
+    call!(RedisModule_SubscribeToServerEvent(ctx.raw(), event, Some(flushed)) else ERR) == OK
+}

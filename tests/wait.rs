@@ -1,0 +1,345 @@
+//! LOCK.ACQUIRE … WAIT: clients queue in the server, FIFO per key, and get the lock
+//! the moment it frees, whatever frees it.
+
+mod common;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use common::*;
+use redis::Connection;
+
+/// Starts a client that waits for `key` as `owner`; yields its reply.
+fn waiter(server: &Server, key: &str, owner: &str, timeout: i64) -> JoinHandle<Option<i64>> {
+    let mut con = server.connection();
+    let (key, owner) = (key.to_string(), owner.to_string());
+    thread::spawn(move || {
+        redis::cmd("LOCK.ACQUIRE")
+            .arg(key)
+            .arg(owner)
+            .arg(30_000)
+            .arg("WAIT")
+            .arg(timeout)
+            .query(&mut con)
+            .expect("LOCK.ACQUIRE WAIT")
+    })
+}
+
+fn waiting(con: &mut Connection, key: &str) -> i64 {
+    lock_info(con, key).map_or(0, |info| info.waiters)
+}
+
+fn wait_for_waiters(con: &mut Connection, key: &str, n: i64) {
+    wait_until(Duration::from_secs(10), || waiting(con, key) == n);
+}
+
+/// Holds `key` as "holder", queues one waiter, runs `free`, and checks the waiter
+/// got the lock with a greater token.
+fn hand_off_on(free: impl FnOnce(&mut Connection)) {
+    let server = Server::start();
+    let mut con = server.connection();
+    let held = acquire(&mut con, "job", "holder", 60_000).unwrap();
+    let w = waiter(&server, "job", "waiter", 10_000);
+    wait_for_waiters(&mut con, "job", 1);
+    free(&mut con);
+    let token = w.join().unwrap().expect("the waiter got the lock");
+    assert!(token > held, "{token} after {held}");
+    let info = lock_info(&mut con, "job").unwrap();
+    assert_eq!((info.owner.as_slice(), info.token), (&b"waiter"[..], token));
+    assert_eq!(info.waiters, 0);
+    assert_eq!(lock_stat(&mut con, "hand_offs"), 1);
+    assert_eq!(lock_stat(&mut con, "waiters"), 0);
+}
+
+#[test]
+fn a_waiter_gets_the_lock_on_release() {
+    hand_off_on(|con| assert_eq!(release(con, "job", "holder"), 1));
+}
+
+#[test]
+fn a_waiter_gets_the_lock_on_del() {
+    hand_off_on(|con| assert_eq!(query::<i64>(con, &["DEL", "job"]).unwrap(), 1));
+}
+
+#[test]
+fn a_waiter_gets_the_lock_on_unlink() {
+    hand_off_on(|con| assert_eq!(query::<i64>(con, &["UNLINK", "job"]).unwrap(), 1));
+}
+
+#[test]
+fn a_waiter_gets_the_lock_on_flushall() {
+    hand_off_on(|con| {
+        let _: () = query(con, &["FLUSHALL"]).unwrap();
+    });
+}
+
+#[test]
+fn a_waiter_gets_the_lock_on_flushdb() {
+    hand_off_on(|con| {
+        let _: () = query(con, &["FLUSHDB"]).unwrap();
+    });
+}
+
+#[test]
+fn expiry_wakes_the_next_waiter_within_milliseconds() {
+    // hz 1: Redis's own active expiry runs about once a second, so only the module's
+    // timer can make the hand-off prompt.
+    let server = Server::with(Config::default().set("hz", "1"));
+    let mut con = server.connection();
+    let held = acquire(&mut con, "job", "holder", 300).unwrap();
+    let expires_at: i64 = query(&mut con, &["PEXPIRETIME", "job"]).unwrap();
+    let w = waiter(&server, "job", "waiter", 10_000);
+    wait_for_waiters(&mut con, "job", 1);
+    let token = w.join().unwrap().expect("granted after expiry");
+    let (secs, micros): (i64, i64) = query(&mut con, &["TIME"]).unwrap();
+    let woken_at = secs * 1000 + micros / 1000;
+    assert!(token > held);
+    let lateness = woken_at - expires_at;
+    eprintln!("hand-off {lateness} ms after expiry");
+    assert!(
+        (0..100).contains(&lateness),
+        "waiter woken {lateness} ms after the TTL lapsed"
+    );
+    assert_eq!(lock_stat(&mut con, "expirations"), 1);
+}
+
+#[test]
+fn an_extended_lock_keeps_its_waiters_waiting() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire(&mut con, "job", "holder", 200).unwrap();
+    let w = waiter(&server, "job", "waiter", 10_000);
+    wait_for_waiters(&mut con, "job", 1);
+    assert_eq!(extend(&mut con, "job", "holder", 600), 1);
+    let started = Instant::now();
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(lock_info(&mut con, "job").unwrap().owner, b"holder");
+    let token = w.join().unwrap();
+    assert!(token.is_some());
+    assert!(started.elapsed() >= Duration::from_millis(500));
+}
+
+#[test]
+fn fifty_waiters_get_the_lock_once_each_in_arrival_order() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire(&mut con, "job", "holder", 60_000).unwrap();
+    let grants = Arc::new(Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for i in 0..50 {
+        let mut wcon = server.connection();
+        let grants = Arc::clone(&grants);
+        threads.push(thread::spawn(move || {
+            let owner = format!("w{i}");
+            let token: i64 = redis::cmd("LOCK.ACQUIRE")
+                .arg("job")
+                .arg(&owner)
+                .arg(30_000)
+                .arg("WAIT")
+                .arg(0)
+                .query(&mut wcon)
+                .unwrap();
+            // Recorded while holding the lock, so records are in grant order.
+            grants.lock().unwrap().push((i, token));
+            assert_eq!(release(&mut wcon, "job", &owner), 1);
+        }));
+        // The next one starts only once this one is queued: arrival order is i.
+        wait_for_waiters(&mut con, "job", i + 1);
+    }
+    assert_eq!(release(&mut con, "job", "holder"), 1);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let grants = grants.lock().unwrap();
+    let order: Vec<i64> = grants.iter().map(|(i, _)| *i).collect();
+    assert_eq!(order, (0..50).collect::<Vec<_>>());
+    assert!(
+        grants.windows(2).all(|w| w[0].1 < w[1].1),
+        "tokens increase"
+    );
+    assert_eq!(lock_stat(&mut con, "hand_offs"), 50);
+    assert_eq!(lock_stat(&mut con, "waiters"), 0);
+    assert_eq!(dbsize(&mut con), 0);
+}
+
+#[test]
+fn a_waiter_that_disconnects_is_skipped() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire(&mut con, "job", "holder", 60_000).unwrap();
+    // The first waiter speaks raw RESP on a socket it then closes.
+    let mut socket = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    socket
+        .write_all(b"*6\r\n$12\r\nLOCK.ACQUIRE\r\n$3\r\njob\r\n$4\r\ngone\r\n$5\r\n30000\r\n$4\r\nWAIT\r\n$1\r\n0\r\n")
+        .unwrap();
+    wait_for_waiters(&mut con, "job", 1);
+    let next = waiter(&server, "job", "next", 10_000);
+    wait_for_waiters(&mut con, "job", 2);
+    drop(socket);
+    wait_for_waiters(&mut con, "job", 1);
+    assert_eq!(release(&mut con, "job", "holder"), 1);
+    assert!(next.join().unwrap().is_some());
+    let info = lock_info(&mut con, "job").unwrap();
+    assert_eq!(info.owner, b"next", "never granted to the dead client");
+    assert_eq!(lock_stat(&mut con, "waiters"), 0);
+}
+
+#[test]
+fn a_timeout_replies_null_after_the_timeout_and_leaves_the_queue() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire(&mut con, "job", "holder", 60_000).unwrap();
+    let started = Instant::now();
+    let w = waiter(&server, "job", "waiter", 250);
+    assert_eq!(w.join().unwrap(), None);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(245),
+        "null after {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(2), "null after {waited:?}");
+    assert_eq!(waiting(&mut con, "job"), 0);
+    assert_eq!(lock_stat(&mut con, "wait_timeouts"), 1);
+    assert_eq!(lock_stat(&mut con, "waiters"), 0);
+    assert_eq!(release(&mut con, "job", "holder"), 1);
+    assert_eq!(dbsize(&mut con), 0, "nobody was granted after leaving");
+}
+
+#[test]
+fn client_unblock_removes_a_waiter() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire(&mut con, "job", "holder", 60_000).unwrap();
+    let mut wcon = server.connection();
+    let id: i64 = query(&mut wcon, &["CLIENT", "ID"]).unwrap();
+    let w = thread::spawn(move || {
+        redis::cmd("LOCK.ACQUIRE")
+            .arg("job")
+            .arg("waiter")
+            .arg(30_000)
+            .arg("WAIT")
+            .arg(0)
+            .query::<Option<i64>>(&mut wcon)
+    });
+    wait_for_waiters(&mut con, "job", 1);
+    let unblocked: i64 = query(&mut con, &["CLIENT", "UNBLOCK", &id.to_string()]).unwrap();
+    assert_eq!(unblocked, 1);
+    assert_eq!(w.join().unwrap().unwrap(), None);
+    assert_eq!(waiting(&mut con, "job"), 0);
+    assert_eq!(release(&mut con, "job", "holder"), 1);
+    assert_eq!(dbsize(&mut con), 0);
+}
+
+#[test]
+fn wait_zero_waits_without_limit() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire(&mut con, "job", "holder", 60_000).unwrap();
+    let w = waiter(&server, "job", "waiter", 0);
+    thread::sleep(Duration::from_millis(1_200));
+    assert_eq!(waiting(&mut con, "job"), 1);
+    release(&mut con, "job", "holder");
+    assert!(w.join().unwrap().is_some());
+}
+
+#[test]
+fn a_free_lock_is_granted_at_once_and_the_holder_refreshes() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let token = waiter(&server, "job", "a", 5_000).join().unwrap().unwrap();
+    let again = waiter(&server, "job", "a", 5_000).join().unwrap();
+    assert_eq!(again, Some(token));
+    assert_eq!(lock_stat(&mut con, "waiters"), 0);
+    assert_eq!(lock_stat(&mut con, "hand_offs"), 0);
+}
+
+#[test]
+fn a_newcomer_cannot_slip_in_ahead_of_the_queue() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire(&mut con, "job", "holder", 60_000).unwrap();
+    let w = waiter(&server, "job", "waiter", 10_000);
+    wait_for_waiters(&mut con, "job", 1);
+    // DEL and a competing acquire in one round trip: the DEL's hand-off runs on a
+    // timer, but the newcomer must still find the lock taken by the waiter.
+    let (_, newcomer): (i64, Option<i64>) = redis::pipe()
+        .cmd("DEL")
+        .arg("job")
+        .cmd("LOCK.ACQUIRE")
+        .arg("job")
+        .arg("newcomer")
+        .arg(1_000)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(newcomer, None);
+    assert!(w.join().unwrap().is_some());
+    assert_eq!(lock_info(&mut con, "job").unwrap().owner, b"waiter");
+}
+
+#[test]
+fn wait_does_not_block_in_multi_or_scripts() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire(&mut con, "job", "holder", 60_000).unwrap();
+    let started = Instant::now();
+    let (busy,): (Option<i64>,) = redis::pipe()
+        .atomic()
+        .cmd("LOCK.ACQUIRE")
+        .arg("job")
+        .arg("other")
+        .arg(1_000)
+        .arg("WAIT")
+        .arg(0)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(busy, None);
+    let scripted: Option<i64> = redis::cmd("EVAL")
+        .arg("return redis.call('LOCK.ACQUIRE', KEYS[1], 'other', 1000, 'WAIT', 0)")
+        .arg(1)
+        .arg("job")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(scripted, None);
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(waiting(&mut con, "job"), 0);
+}
+
+#[test]
+fn a_hand_off_is_replicated() {
+    let master = Server::start();
+    let replica = Server::start();
+    replica.replicate_from(&master);
+    let mut m = master.connection();
+    acquire(&mut m, "job", "holder", 60_000).unwrap();
+    let w = waiter(&master, "job", "waiter", 10_000);
+    wait_for_waiters(&mut m, "job", 1);
+    release(&mut m, "job", "holder");
+    let token = w.join().unwrap().unwrap();
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    let mut r = replica.connection();
+    let info = lock_info(&mut r, "job").unwrap();
+    assert_eq!((info.owner.as_slice(), info.token), (&b"waiter"[..], token));
+    let at_m: i64 = query(&mut m, &["PEXPIRETIME", "job"]).unwrap();
+    let at_r: i64 = query(&mut r, &["PEXPIRETIME", "job"]).unwrap();
+    assert_eq!(at_m, at_r);
+}
+
+#[test]
+fn an_expiry_hand_off_is_replicated_and_survives_an_aof_restart() {
+    let mut server = Server::with(Config::default().aof());
+    let mut con = server.connection();
+    acquire(&mut con, "job", "holder", 100).unwrap();
+    let token = waiter(&server, "job", "waiter", 10_000)
+        .join()
+        .unwrap()
+        .unwrap();
+    server.kill();
+    server.restart();
+    let mut con = server.connection();
+    let info = lock_info(&mut con, "job").unwrap();
+    assert_eq!((info.owner.as_slice(), info.token), (&b"waiter"[..], token));
+}
