@@ -14,6 +14,7 @@
 //! first hands off to the queue, and only then looks at the lock.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 
 use crate::commands::Reply;
 use crate::ffi::block::Blocked;
@@ -40,6 +41,8 @@ pub enum TimerJob {
     Expiry { db: i32, key: Box<[u8]> },
     /// Keys marked by keyspace or flush events may have freed.
     Marked,
+    /// A granted waiter disconnected before its reply went out: take the lock back.
+    Undelivered { db: i32, key: Box<[u8]>, token: i64 },
 }
 
 #[derive(Default)]
@@ -48,6 +51,8 @@ struct Waiting {
     /// Keys that may have freed since the last hand-off pass.
     marked: Vec<(i32, Box<[u8]>)>,
     marked_timer_armed: bool,
+    /// Waiters woken with a lock whose reply Redis has not sent yet.
+    in_flight: HashMap<Blocked, (i32, Box<[u8]>, i64)>,
 }
 
 thread_local! {
@@ -124,12 +129,12 @@ pub fn hand_off(ctx: Ctx, db: i32, key: &[u8]) -> bool {
     propagate::grant(ctx, key, &waiter.owner, token, at);
     STATS.acquisitions.incr();
     STATS.hand_offs.incr();
-    waiter.handle.answer(Outcome::Token(token));
     // Other waiters with the same owner (a client retrying its WAIT) hold it too.
     let same_owner = with(|w| w.queues.take_owner(db, key, &waiter.owner)).unwrap_or_default();
-    for retry in same_owner {
-        STATS.waiters.decr();
-        retry.handle.answer(Outcome::Token(token));
+    STATS.waiters.sub(same_owner.len());
+    for woken in std::iter::once(waiter).chain(same_owner) {
+        with(|w| w.in_flight.insert(woken.handle, (db, key.into(), token)));
+        woken.handle.answer(Outcome::Token(token));
     }
     watch_expiry(ctx, db, key, Some(at));
     true
@@ -167,6 +172,11 @@ pub fn timer_fired(ctx: Ctx, job: TimerJob) {
                 hand_off(ctx, db, &key);
             }
         }
+        TimerJob::Undelivered { db, key, token } => {
+            if ctx.select_db(db) {
+                take_back(ctx, db, &key, token);
+            }
+        }
         TimerJob::Marked => {
             let marked = with(|w| {
                 w.marked_timer_armed = false;
@@ -179,6 +189,17 @@ pub fn timer_fired(ctx: Ctx, job: TimerJob) {
                 }
             }
         }
+    }
+}
+
+/// Deletes the lock at `key` if it is still the grant with `token`, then hands it on.
+fn take_back(ctx: Ctx, db: i32, key: &[u8], token: i64) {
+    let mut open = OpenKey::write_bytes(ctx, key);
+    let ours = matches!(open.slot(), Slot::Lock(lock) if lock.token() == token);
+    if ours && open.delete() {
+        drop(open);
+        propagate::release(ctx, key);
+        hand_off(ctx, db, key);
     }
 }
 
@@ -218,8 +239,18 @@ pub fn timed_out(handle: Blocked) {
 }
 
 /// A waiter disconnected or was unblocked by CLIENT UNBLOCK: it leaves the queue.
-pub fn left(handle: Blocked) {
+/// If it had just been granted the lock but never got the reply, the grant is taken
+/// back, so no lock is left with a client that never learned it holds it.
+pub fn left(ctx: Ctx, handle: Blocked) {
     if with(|w| w.queues.remove(handle)).flatten().is_some() {
         STATS.waiters.decr();
     }
+    if let Some((db, key, token)) = with(|w| w.in_flight.remove(&handle)).flatten() {
+        ctx.start_timer(0, TimerJob::Undelivered { db, key, token });
+    }
+}
+
+/// The reply of a woken waiter is being sent.
+pub fn delivered(handle: Blocked) {
+    with(|w| w.in_flight.remove(&handle));
 }

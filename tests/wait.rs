@@ -343,3 +343,42 @@ fn an_expiry_hand_off_is_replicated_and_survives_an_aof_restart() {
     let info = lock_info(&mut con, "job").unwrap();
     assert_eq!((info.owner.as_slice(), info.token), (&b"waiter"[..], token));
 }
+
+#[test]
+fn a_grant_whose_client_vanished_before_the_reply_is_taken_back() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire(&mut con, "job", "holder", 60_000).unwrap();
+    let mut first = server.connection();
+    let first_id: i64 = query(&mut first, &["CLIENT", "ID"]).unwrap();
+    let first = thread::spawn(move || {
+        redis::cmd("LOCK.ACQUIRE")
+            .arg("job")
+            .arg("first")
+            .arg(60_000)
+            .arg("WAIT")
+            .arg(0)
+            .query::<Option<i64>>(&mut first)
+    });
+    wait_for_waiters(&mut con, "job", 1);
+    let second = waiter(&server, "job", "second", 10_000);
+    wait_for_waiters(&mut con, "job", 2);
+    // The release hands the lock to `first`, whose connection is killed in the same
+    // transaction, before Redis can send it the reply.
+    let (released, killed): (i64, i64) = redis::pipe()
+        .atomic()
+        .cmd("LOCK.RELEASE")
+        .arg("job")
+        .arg("holder")
+        .cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(first_id)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!((released, killed), (1, 1));
+    assert!(first.join().unwrap().is_err(), "first never got a reply");
+    let token = second.join().unwrap().expect("second got the lock");
+    let info = lock_info(&mut con, "job").unwrap();
+    assert_eq!((info.owner.as_slice(), info.token), (&b"second"[..], token));
+}

@@ -40,6 +40,10 @@ extern "C" fn reply(
     _argc: c_int,
 ) -> c_int {
     let ctx = Ctx::new(ctx);
+    let bc = call!(RedisModule_GetBlockedClientHandle(ctx.raw()) else ptr::null_mut());
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        blocking::delivered(Blocked(bc as usize))
+    }));
     let data = call!(RedisModule_GetBlockedClientPrivateData(ctx.raw()) else ptr::null_mut());
     // SAFETY: the private data is the `Box<Outcome>` given to `answer`, freed by
     // `free_outcome` after this callback.
@@ -65,8 +69,10 @@ extern "C" fn timeout(
     OK
 }
 
-extern "C" fn disconnected(_ctx: *mut raw::RedisModuleCtx, bc: *mut raw::RedisModuleBlockedClient) {
-    let _ = catch_unwind(AssertUnwindSafe(|| blocking::left(Blocked(bc as usize))));
+extern "C" fn disconnected(ctx: *mut raw::RedisModuleCtx, bc: *mut raw::RedisModuleBlockedClient) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        blocking::left(Ctx::new(ctx), Blocked(bc as usize))
+    }));
 }
 
 extern "C" fn free_outcome(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {

@@ -40,6 +40,16 @@ impl Counter {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Subtracts `n`, never below 0.
+    pub fn sub(&self, n: usize) {
+        let n = u64::try_from(n).unwrap_or(u64::MAX);
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(n))
+            });
+    }
+
     /// Decrements, never below 0.
     pub fn decr(&self) {
         let _ = self
