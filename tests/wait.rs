@@ -51,6 +51,7 @@ fn hand_off_on(free: impl FnOnce(&mut Connection)) {
     assert_eq!((info.owner.as_slice(), info.token), (&b"waiter"[..], token));
     assert_eq!(info.waiters, 0);
     assert_eq!(lock_stat(&mut con, "hand_offs"), 1);
+    assert!(lock_stat(&mut con, "acquisitions") >= 2);
     assert_eq!(lock_stat(&mut con, "waiters"), 0);
 }
 
@@ -67,6 +68,13 @@ fn a_waiter_gets_the_lock_on_del() {
 #[test]
 fn a_waiter_gets_the_lock_on_unlink() {
     hand_off_on(|con| assert_eq!(query::<i64>(con, &["UNLINK", "job"]).unwrap(), 1));
+}
+
+#[test]
+fn a_waiter_gets_the_lock_when_the_key_is_renamed_away() {
+    hand_off_on(|con| {
+        let _: () = query(con, &["RENAME", "job", "elsewhere"]).unwrap();
+    });
 }
 
 #[test]
