@@ -7,7 +7,7 @@ MODULE    := target/release/libredis_lock.so
 DEBS      := redis-server redis-tools libclang-dev
 PYTHON    ?= python3
 
-.PHONY: all build run test unit deps lint clean
+.PHONY: all build run test bench deps lint clean
 
 all: build
 
@@ -50,6 +50,10 @@ run: build
 test: deps
 	$(CARGO) build
 	$(CARGO) test --workspace
+
+# Benchmarks against plain Redis on a server of its own; writes bench/RESULTS.md.
+bench: deps
+	bench/run.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# `make bench`: starts its own redis-server (loopback, free port, no persistence) with
+# the release build of the module, runs every comparison in one run, and writes
+# bench/RESULTS.md. Numbers are medians of alternating runs, as ratios measured in the
+# same run: these machines are shared and noisy, absolute numbers mean little.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS="${RUNS:-3}"
+OUT="${OUT:-bench/RESULTS.md}"
+MODULE="$PWD/target/release/libredis_lock.so"
+DRIVER="$PWD/target/release/lock-bench"
+
+cargo build --release --quiet --workspace
+
+dir="$(mktemp -d)"
+port=""
+for _ in $(seq 1 20); do
+  candidate=$(( 20000 + RANDOM % 20000 ))
+  if ! redis-cli -p "$candidate" ping >/dev/null 2>&1; then port=$candidate; break; fi
+done
+[ -n "$port" ] || { echo "no free port found" >&2; exit 1; }
+
+redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save "" --appendonly no \
+  --logfile "$dir/redis.log" --loadmodule "$MODULE" &
+server=$!
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$dir"' EXIT
+for _ in $(seq 1 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+
+tmp="$(mktemp)"
+{
+  echo "# redis-lock benchmark results"
+  echo
+  echo "Produced by \`make bench\` (bench/run.sh) on $(date -u '+%Y-%m-%d %H:%M UTC')."
+  echo
+  echo "- Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+  echo "- Server: $(redis-server --version | awk '{print $1, $2, $3}'), module release build, loopback"
+  echo "- Each comparison alternates its sides $RUNS times; medians are over those runs."
+  echo
+  echo "## Hand-off latency (LOCK.ACQUIRE … WAIT)"
+  echo
+  "$DRIVER" --port "$port" --runs "$RUNS" handoff --rounds 2000
+  echo
+  echo "## A hot lock: server-side WAIT against client-side polling"
+  echo
+  "$DRIVER" --port "$port" --runs "$RUNS" hot --clients 32 --seconds 5
+} > "$tmp"
+mv "$tmp" "$OUT"
+cat "$OUT"

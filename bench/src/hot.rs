@@ -1,0 +1,165 @@
+//! A hot lock: `clients` connections take and release one key in a loop for a fixed
+//! time. Server-side waiting (LOCK.ACQUIRE … WAIT) against the usual client-side
+//! polling: SET NX PX, and on a miss a 1 ms sleep before trying again (the usual
+//! library default is far longer), with a compare-and-delete script to release.
+
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::{Client, RedisResult, Script};
+
+use crate::stats::median;
+
+const KEY: &str = "bench:hot";
+const TTL_MS: i64 = 10_000;
+
+const RELEASE_SCRIPT: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+"#;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    Wait,
+    Poll,
+}
+
+struct Outcome {
+    per_client: Vec<u64>,
+    seconds: f64,
+    /// Commands the server executed during the run (INFO commandstats).
+    server_calls: u64,
+}
+
+impl Outcome {
+    fn rate(&self) -> f64 {
+        self.per_client.iter().sum::<u64>() as f64 / self.seconds
+    }
+
+    fn calls_per_grant(&self) -> f64 {
+        self.server_calls as f64 / self.per_client.iter().sum::<u64>().max(1) as f64
+    }
+}
+
+fn one_client(client: &Client, mode: Mode, id: usize, until: Instant) -> RedisResult<u64> {
+    let mut con = client.get_connection()?;
+    let owner = format!("client-{id:02}");
+    let script = Script::new(RELEASE_SCRIPT);
+    let mut held = 0;
+    while Instant::now() < until {
+        let granted = match mode {
+            Mode::Wait => redis::cmd("LOCK.ACQUIRE")
+                .arg(KEY)
+                .arg(&owner)
+                .arg(TTL_MS)
+                .arg("WAIT")
+                .arg(200)
+                .query::<Option<i64>>(&mut con)?
+                .is_some(),
+            Mode::Poll => redis::cmd("SET")
+                .arg(KEY)
+                .arg(&owner)
+                .arg("NX")
+                .arg("PX")
+                .arg(TTL_MS)
+                .query::<Option<String>>(&mut con)?
+                .is_some(),
+        };
+        if !granted {
+            if mode == Mode::Poll {
+                thread::sleep(Duration::from_millis(1));
+            }
+            continue;
+        }
+        if Instant::now() < until {
+            held += 1;
+        }
+        match mode {
+            Mode::Wait => {
+                let _: i64 = redis::cmd("LOCK.RELEASE")
+                    .arg(KEY)
+                    .arg(&owner)
+                    .query(&mut con)?;
+            }
+            Mode::Poll => {
+                let _: i64 = script.key(KEY).arg(&owner).invoke(&mut con)?;
+            }
+        }
+    }
+    Ok(held)
+}
+
+/// Sum of `calls=` over INFO commandstats.
+fn server_calls(con: &mut redis::Connection) -> RedisResult<u64> {
+    let text: String = redis::cmd("INFO").arg("commandstats").query(con)?;
+    Ok(text
+        .lines()
+        .filter_map(|line| line.split("calls=").nth(1))
+        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .sum())
+}
+
+fn hot(client: &Client, mode: Mode, clients: usize, seconds: f64) -> RedisResult<Outcome> {
+    let mut con = client.get_connection()?;
+    let _: i64 = redis::cmd("DEL").arg(KEY).query(&mut con)?;
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut con)?;
+    let start = Arc::new(Barrier::new(clients + 1));
+    let duration = Duration::from_secs_f64(seconds);
+    let threads: Vec<_> = (0..clients)
+        .map(|id| {
+            let (client, start) = (client.clone(), Arc::clone(&start));
+            thread::spawn(move || {
+                start.wait();
+                one_client(&client, mode, id, Instant::now() + duration)
+            })
+        })
+        .collect();
+    start.wait();
+    let mut per_client = Vec::new();
+    for t in threads {
+        per_client.push(t.join().expect("client thread")?);
+    }
+    let calls = server_calls(&mut con)?;
+    let _: i64 = redis::cmd("DEL").arg(KEY).query(&mut con)?;
+    Ok(Outcome {
+        per_client,
+        seconds,
+        server_calls: calls,
+    })
+}
+
+pub fn run(client: &Client, runs: usize, clients: usize, seconds: f64) -> RedisResult<()> {
+    println!("| run | side | lock grants / s | min per client | max per client | server commands per grant |");
+    println!("|---|---|---|---|---|---|");
+    let mut ratios = Vec::new();
+    let mut starved = false;
+    for i in 0..runs {
+        let wait = hot(client, Mode::Wait, clients, seconds)?;
+        let poll = hot(client, Mode::Poll, clients, seconds)?;
+        for (side, outcome) in [
+            ("LOCK.ACQUIRE WAIT", &wait),
+            ("SET NX PX + 1 ms sleep", &poll),
+        ] {
+            println!(
+                "| {} | {} | {:.0} | {} | {} | {:.1} |",
+                i + 1,
+                side,
+                outcome.rate(),
+                outcome.per_client.iter().min().unwrap_or(&0),
+                outcome.per_client.iter().max().unwrap_or(&0),
+                outcome.calls_per_grant(),
+            );
+        }
+        starved |= wait.per_client.contains(&0);
+        ratios.push(wait.rate() / poll.rate().max(1e-9));
+    }
+    println!(
+        "\n{clients} clients, {seconds} s per run. Median ratio WAIT / polling: **{:.1}x** (target: at least 5x); a WAIT client starved: {}.",
+        median(&ratios),
+        if starved { "yes" } else { "no" }
+    );
+    Ok(())
+}

@@ -1,0 +1,51 @@
+//! lock-bench: the workloads `redis-benchmark` cannot express, against a running
+//! redis-server with the lock module. Each subcommand alternates the two sides of its
+//! comparison `--runs` times and prints a Markdown table of medians.
+
+mod handoff;
+mod hot;
+mod stats;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "Benchmarks for the redis-lock module")]
+struct Cli {
+    /// Port of the redis-server (on 127.0.0.1) with the module loaded.
+    #[arg(long, default_value_t = 6390)]
+    port: u16,
+    /// How many times each side of a comparison runs (alternating).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Hand-off latency: from the holder's RELEASE reply to the next waiter's reply,
+    /// beside a loopback PING round trip.
+    Handoff {
+        /// Hand-offs measured per run.
+        #[arg(long, default_value_t = 2000)]
+        rounds: usize,
+    },
+    /// A hot lock: clients acquire/release one key in a loop for a fixed time, with
+    /// server-side WAIT, and polling with SET NX PX and a 1 ms sleep.
+    Hot {
+        #[arg(long, default_value_t = 32)]
+        clients: usize,
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+    },
+}
+
+fn main() -> redis::RedisResult<()> {
+    let cli = Cli::parse();
+    let url = format!("redis://127.0.0.1:{}/", cli.port);
+    let client = redis::Client::open(url)?;
+    match cli.command {
+        Command::Handoff { rounds } => handoff::run(&client, cli.runs, rounds),
+        Command::Hot { clients, seconds } => hot::run(&client, cli.runs, clients, seconds),
+    }
+}
