@@ -30,6 +30,16 @@ fn raise_high_water(con: &mut Connection) {
     assert_eq!(lock_stat(con, "last_token"), HIGH);
 }
 
+/// Key `k` still holds owner `a`'s lock with `token` and expiry `at`; the next grant
+/// after its release gets a greater token.
+fn assert_kept_and_next_is_greater(con: &mut Connection, token: i64, at: i64) {
+    let info = lock_info(con, "k").unwrap();
+    assert_eq!((info.owner.as_slice(), info.token), (&b"a"[..], token));
+    assert_eq!(expire_time(con, "k"), at);
+    release(con, "k", "a");
+    assert!(acquire(con, "k", "b", 1_000).unwrap() > token);
+}
+
 #[test]
 fn tokens_increase_through_release_expiry_and_del() {
     let server = Server::start();
@@ -59,11 +69,7 @@ fn debug_reload_keeps_locks_and_the_high_water_mark() {
         query::<String>(&mut con, &["DEBUG", "DIGEST"]).unwrap(),
         digest
     );
-    let info = lock_info(&mut con, "k").unwrap();
-    assert_eq!((info.owner.as_slice(), info.token), (&b"a"[..], token));
-    assert_eq!(expire_time(&mut con, "k"), at);
-    release(&mut con, "k", "a");
-    assert!(acquire(&mut con, "k", "b", 1_000).unwrap() > token);
+    assert_kept_and_next_is_greater(&mut con, token, at);
 }
 
 #[test]
@@ -138,11 +144,7 @@ fn an_aof_rewrite_without_rdb_preamble_keeps_locks_and_expiries() {
     server.kill();
     server.restart();
     let mut con = server.connection();
-    let info = lock_info(&mut con, "k").unwrap();
-    assert_eq!((info.owner.as_slice(), info.token), (&b"a"[..], token));
-    assert_eq!(expire_time(&mut con, "k"), at);
-    release(&mut con, "k", "a");
-    assert!(acquire(&mut con, "k", "b", 1_000).unwrap() > token);
+    assert_kept_and_next_is_greater(&mut con, token, at);
 }
 
 #[test]

@@ -34,16 +34,18 @@ impl Blocked {
     }
 }
 
+/// The blocked client a reply or timeout callback runs for.
+fn handle_of(ctx: Ctx) -> Blocked {
+    Blocked(call!(RedisModule_GetBlockedClientHandle(ctx.raw()) else ptr::null_mut()) as usize)
+}
+
 extern "C" fn reply(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
     let ctx = Ctx::new(ctx);
-    let bc = call!(RedisModule_GetBlockedClientHandle(ctx.raw()) else ptr::null_mut());
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        blocking::delivered(Blocked(bc as usize))
-    }));
+    let _ = catch_unwind(AssertUnwindSafe(|| blocking::delivered(handle_of(ctx))));
     let data = call!(RedisModule_GetBlockedClientPrivateData(ctx.raw()) else ptr::null_mut());
     // SAFETY: the private data is the `Box<Outcome>` given to `answer`, freed by
     // `free_outcome` after this callback.
@@ -61,10 +63,7 @@ extern "C" fn timeout(
     _argc: c_int,
 ) -> c_int {
     let ctx = Ctx::new(ctx);
-    let bc = call!(RedisModule_GetBlockedClientHandle(ctx.raw()) else ptr::null_mut());
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        blocking::timed_out(Blocked(bc as usize))
-    }));
+    let _ = catch_unwind(AssertUnwindSafe(|| blocking::timed_out(handle_of(ctx))));
     ctx.reply_null();
     OK
 }

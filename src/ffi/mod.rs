@@ -184,7 +184,8 @@ impl Ctx {
     }
 
     /// Propagates `command args…` to replicas and the AOF, inside this command's
-    /// transaction. Every argument is passed as bytes (format letter `b`).
+    /// transaction. Every argument is passed as bytes (format letter `b`); commands of
+    /// one, two or five arguments.
     pub fn replicate(self, command: &CStr, args: &[&[u8]]) {
         let Some(f) = (unsafe { raw::RedisModule_Replicate }) else {
             return;
@@ -196,26 +197,12 @@ impl Ctx {
         };
         let n = |i: usize| args.get(i).map_or(0, |a| a.len());
         // SAFETY: RedisModule_Replicate is variadic; `fmt` has one `b` per argument
-        // and each `b` is followed by its (pointer, length) pair. Arities above five
-        // are never used by this module and propagate nothing.
+        // and each `b` is followed by its (pointer, length) pair. Only the arities
+        // this module uses (DEL, PEXPIREAT, LOCK.APPLY) are spelled out.
         unsafe {
             match args.len() {
                 1 => f(self.0, name, fmt, p(0), n(0)),
                 2 => f(self.0, name, fmt, p(0), n(0), p(1), n(1)),
-                3 => f(self.0, name, fmt, p(0), n(0), p(1), n(1), p(2), n(2)),
-                4 => f(
-                    self.0,
-                    name,
-                    fmt,
-                    p(0),
-                    n(0),
-                    p(1),
-                    n(1),
-                    p(2),
-                    n(2),
-                    p(3),
-                    n(3),
-                ),
                 5 => f(
                     self.0,
                     name,
