@@ -7,7 +7,7 @@ MODULE    := target/release/libredis_lock.so
 DEBS      := redis-server redis-tools libclang-dev
 PYTHON    ?= python3
 
-.PHONY: all build run test bench deps lint clean
+.PHONY: all build run test bench demo deps lint clean
 
 all: build
 
@@ -50,6 +50,17 @@ run: build
 test: deps
 	$(CARGO) build
 	$(CARGO) test --workspace
+
+# The worker demo (client/examples/workers.rs) against a throwaway server on port 6391.
+DEMO_PORT ?= 6391
+demo: build
+	@redis-server --port $(DEMO_PORT) --bind 127.0.0.1 --save "" --appendonly no \
+	  --daemonize yes --pidfile /tmp/redis-lock-demo.pid --logfile /tmp/redis-lock-demo.log \
+	  --loadmodule $(CURDIR)/$(MODULE)
+	@sleep 0.3
+	$(CARGO) run --release -p redis-lock-client --example workers -- \
+	  --url redis://127.0.0.1:$(DEMO_PORT)/ --kill-one; \
+	  status=$$?; kill $$(cat /tmp/redis-lock-demo.pid); exit $$status
 
 # Benchmarks against plain Redis on a server of its own; writes bench/RESULTS.md.
 bench: deps

@@ -21,19 +21,20 @@ pub fn module_path() -> PathBuf {
     if let Ok(path) = std::env::var("REDIS_LOCK_MODULE") {
         return PathBuf::from(path);
     }
+    let root = workspace_root();
     static BUILD: Once = Once::new();
     BUILD.call_once(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
             .args(["build", "--quiet", "--lib", "-p", "redis-lock"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .current_dir(&root)
             .status()
             .expect("cargo build");
         assert!(status.success(), "building the module failed");
     });
     let target = std::env::var("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+        .unwrap_or_else(|_| root.join("target"));
     let path = target.join("debug").join("libredis_lock.so");
     assert!(
         path.exists(),
@@ -41,6 +42,16 @@ pub fn module_path() -> PathBuf {
         path.display()
     );
     path
+}
+
+/// The directory of the workspace's Cargo.lock, above the crate under test.
+fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .find(|dir| dir.join("Cargo.lock").exists())
+        .unwrap_or(manifest)
+        .to_path_buf()
 }
 
 fn server_binary() -> String {
@@ -54,6 +65,8 @@ pub struct Config {
     pub settings: Vec<(String, String)>,
     /// Module arguments (`max-ttl 1000`).
     pub module_args: Vec<String>,
+    /// Start a plain Redis, without the module.
+    pub without_module: bool,
 }
 
 impl Config {
@@ -65,6 +78,11 @@ impl Config {
     pub fn module_arg(mut self, name: &str, value: &str) -> Self {
         self.module_args.push(name.into());
         self.module_args.push(value.into());
+        self
+    }
+
+    pub fn without_module(mut self) -> Self {
+        self.without_module = true;
         self
     }
 
@@ -182,10 +200,13 @@ fn spawn(dir: &Path, port: u16, config: &Config) -> Result<Child, String> {
         .args(["--logfile", "redis.log"])
         .args(["--save", ""])
         .args(["--enable-debug-command", "local"])
-        .args(["--repl-diskless-sync-delay", "0"])
-        .arg("--loadmodule")
-        .arg(module_path())
-        .args(&config.module_args);
+        .args(["--repl-diskless-sync-delay", "0"]);
+    if !config.without_module {
+        command
+            .arg("--loadmodule")
+            .arg(module_path())
+            .args(&config.module_args);
+    }
     for (name, value) in &config.settings {
         command.arg(format!("--{name}")).arg(value);
     }

@@ -1,0 +1,360 @@
+//! The client crate against a real redis-server with the module: every API, sync and
+//! async, through a plain connection, a multiplexed one and a ConnectionManager.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{lock_stat, Config, Server};
+use redis::AsyncConnectionConfig;
+use redis_lock_client::{AsyncLockCommands, Error, LockCommands, Renewer, Request};
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// An async connection without a response timeout, for waits longer than 500 ms.
+async fn async_con(server: &Server) -> redis::aio::MultiplexedConnection {
+    let config = AsyncConnectionConfig::new().set_response_timeout(None);
+    server
+        .client()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap()
+}
+
+#[test]
+fn sync_acquire_extend_info_release() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let lock = con.try_acquire("job", TTL).unwrap().expect("free");
+    assert!(lock.token() > 0);
+    assert_eq!(lock.key(), "job");
+    assert!(uuid_like(lock.owner()));
+    assert_eq!(con.try_acquire("job", TTL).unwrap(), None, "a second owner");
+
+    let info = con.lock_info("job").unwrap().unwrap();
+    assert_eq!(info.owner, lock.owner().as_bytes());
+    assert_eq!(info.token, lock.token());
+    assert!(info.ttl.unwrap() <= TTL);
+
+    assert!(con.extend(&lock, Duration::from_secs(90)).unwrap());
+    assert!(con.lock_info("job").unwrap().unwrap().ttl.unwrap() > TTL);
+    assert!(con.release(&lock).unwrap());
+    assert!(!con.release(&lock).unwrap(), "released twice");
+    assert!(!con.extend(&lock, TTL).unwrap(), "extend never re-creates");
+    assert_eq!(con.lock_info("job").unwrap(), None);
+}
+
+fn uuid_like(owner: &str) -> bool {
+    owner.len() == 36 && owner.chars().filter(|c| *c == '-').count() == 4
+}
+
+#[test]
+fn sync_acquire_waits_in_the_server() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let held = con
+        .try_acquire("job", Duration::from_millis(300))
+        .unwrap()
+        .unwrap();
+    let mut other = server.connection();
+    let started = Instant::now();
+    let lock = other
+        .acquire("job", TTL, Duration::from_secs(5))
+        .unwrap()
+        .expect("granted when the first lock expired");
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    assert!(lock.token() > held.token());
+    let none = con.acquire("job", TTL, Duration::from_millis(100)).unwrap();
+    assert_eq!(none, None, "the wait ran out");
+}
+
+#[test]
+fn a_guard_releases_when_dropped() {
+    let server = Server::start();
+    let mut con = server.connection();
+    {
+        let guard = con.lock_guard("job", TTL, None).unwrap().expect("free");
+        assert!(guard.lock().token() > 0);
+        let mut other = server.connection();
+        assert_eq!(other.try_acquire("job", TTL).unwrap(), None);
+    }
+    assert_eq!(con.lock_info("job").unwrap(), None, "released on drop");
+    let guard = con.lock_guard("job", TTL, None).unwrap().unwrap();
+    assert!(guard.release().unwrap());
+}
+
+#[test]
+fn run_locked_runs_only_when_won_and_always_releases() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let done = con
+        .run_locked("job", TTL, |lock, con| {
+            let _: () = redis::cmd("SET")
+                .arg("result")
+                .arg(lock.token())
+                .query(con)
+                .unwrap();
+            lock.token()
+        })
+        .unwrap()
+        .expect("won");
+    assert!(done.held_to_end);
+    let stored: i64 = redis::cmd("GET").arg("result").query(&mut con).unwrap();
+    assert_eq!(stored, done.value);
+    assert_eq!(con.lock_info("job").unwrap(), None);
+
+    let mut other = server.connection();
+    let held = other.try_acquire("job", TTL).unwrap().unwrap();
+    let ran = con
+        .run_locked("job", TTL, |_, _| unreachable!("busy"))
+        .unwrap();
+    assert_eq!(ran, None);
+    other.release(&held).unwrap();
+
+    // Lost under the work: the release then finds someone else's lock.
+    let lost = con
+        .run_locked("job", TTL, |_, con| {
+            let _: i64 = redis::cmd("DEL").arg("job").query(con).unwrap();
+        })
+        .unwrap()
+        .unwrap();
+    assert!(!lost.held_to_end);
+}
+
+#[test]
+fn a_given_owner_gets_its_token_back() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let request = Request::new("job", TTL).owner("worker-1");
+    let first = con.acquire_with(request.clone()).unwrap().unwrap();
+    let again = con.acquire_with(request).unwrap().unwrap();
+    assert_eq!((first.owner(), first.token()), ("worker-1", again.token()));
+}
+
+/// A proxy that, the first time it sees a LOCK.ACQUIRE, forwards it to the server,
+/// swallows the reply and closes the connection: the server did the work, the client
+/// never heard. Everything else passes through.
+fn reply_losing_proxy(server_port: u16) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let armed = Arc::new(AtomicBool::new(true));
+    thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let upstream = TcpStream::connect(("127.0.0.1", server_port)).unwrap();
+            let cut = Arc::new(AtomicBool::new(false));
+            let (mut from_client, mut to_server) =
+                (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+            let (armed, cut_up) = (Arc::clone(&armed), Arc::clone(&cut));
+            thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n @ 1..) = from_client.read(&mut buf) {
+                    let acquire = buf[..n].windows(12).any(|w| w == b"LOCK.ACQUIRE");
+                    if acquire && armed.swap(false, Ordering::SeqCst) {
+                        cut_up.store(true, Ordering::SeqCst);
+                    }
+                    if to_server.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+            let (mut from_server, mut to_client) = (upstream, client);
+            thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n @ 1..) = from_server.read(&mut buf) {
+                    if cut.load(Ordering::SeqCst) {
+                        let _ = to_client.shutdown(std::net::Shutdown::Both);
+                        let _ = from_server.shutdown(std::net::Shutdown::Both);
+                        break;
+                    }
+                    if to_client.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn an_acquire_whose_reply_was_lost_is_retried_and_learns_its_token() {
+    let server = Server::start();
+    let proxy = reply_losing_proxy(server.port);
+    // A Client as connection: every command on a fresh connection through the proxy.
+    let mut via_proxy = redis::Client::open(format!("redis://127.0.0.1:{proxy}/")).unwrap();
+    let lock = via_proxy
+        .try_acquire("job", TTL)
+        .unwrap()
+        .expect("the retry learns it holds the lock");
+    let mut con = server.connection();
+    let info = con.lock_info("job").unwrap().unwrap();
+    assert_eq!(info.token, lock.token());
+    assert_eq!(info.owner, lock.owner().as_bytes());
+    assert_eq!(lock_stat(&mut con, "acquisitions"), 1, "one grant");
+    assert_eq!(
+        lock_stat(&mut con, "refreshes"),
+        1,
+        "the retry refreshed it"
+    );
+}
+
+#[test]
+fn a_server_without_the_module_is_a_clear_error() {
+    let server = Server::with(Config::default().without_module());
+    let mut con = server.connection();
+    let error = con.try_acquire("job", TTL).unwrap_err();
+    assert!(matches!(error, Error::ModuleNotLoaded(_)), "{error:?}");
+    assert!(error.to_string().contains("loadmodule"));
+}
+
+#[test]
+fn server_errors_are_typed() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let _: () = redis::cmd("SET")
+        .arg("text")
+        .arg("v")
+        .query(&mut con)
+        .unwrap();
+    let error = con.try_acquire("text", TTL).unwrap_err();
+    assert!(
+        matches!(&error, Error::Server(e) if e.code() == Some("WRONGTYPE")),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn a_thread_renewer_keeps_a_lock_past_its_ttl_and_reports_loss() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let lock = con
+        .try_acquire("job", Duration::from_millis(300))
+        .unwrap()
+        .unwrap();
+    let renewer = Renewer::start(server.client(), lock.clone());
+    thread::sleep(Duration::from_millis(1_000));
+    assert!(!renewer.is_lost());
+    assert_eq!(con.lock_info("job").unwrap().unwrap().token, lock.token());
+    let _: i64 = redis::cmd("DEL").arg("job").query(&mut con).unwrap();
+    common::wait_until(Duration::from_secs(2), || renewer.is_lost());
+    assert!(renewer.stop());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_acquire_wait_extend_release() {
+    let server = Server::start();
+    let mut con = async_con(&server).await;
+    let lock = con
+        .try_acquire("job", Duration::from_millis(300))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(con.extend(&lock, Duration::from_millis(400)).await.unwrap());
+    let mut other = async_con(&server).await;
+    let waited = other
+        .acquire("job", TTL, Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("granted at expiry");
+    assert!(waited.token() > lock.token());
+    assert!(!con.release(&lock).await.unwrap());
+    let info = con.lock_info("job").await.unwrap().unwrap();
+    assert_eq!(info.owner, waited.owner().as_bytes());
+    assert!(other.release(&waited).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_guard_releases_in_the_background_when_dropped() {
+    let server = Server::start();
+    let mut con = async_con(&server).await;
+    let guard = con.lock_guard("job", TTL, None).await.unwrap().unwrap();
+    let token = guard.lock().token();
+    assert_eq!(con.lock_info("job").await.unwrap().unwrap().token, token);
+    drop(guard);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while con.lock_info("job").await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "not released after drop");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_locked_renews_past_the_first_ttl() {
+    let server = Server::start();
+    let mut con = async_con(&server).await;
+    let mut observer = async_con(&server).await;
+    let done = con
+        .run_locked("job", Duration::from_millis(300), |lock, lost| async move {
+            tokio::time::sleep(Duration::from_millis(1_000)).await;
+            (lock.token(), lost.is_lost())
+        })
+        .await
+        .unwrap()
+        .expect("won");
+    assert!(done.held_to_end, "renewal kept it for three TTLs");
+    assert!(!done.value.1);
+    assert_eq!(
+        observer.lock_info("job").await.unwrap(),
+        None,
+        "released after"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loss_signal_fires_when_the_key_is_deleted_under_the_work() {
+    let server = Server::start();
+    let mut con = async_con(&server).await;
+    let mut admin = async_con(&server).await;
+    let started = Instant::now();
+    let done = con
+        .run_locked(
+            "job",
+            Duration::from_millis(300),
+            |_lock, mut lost| async move {
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(150)).await;
+                    let _: i64 = redis::cmd("DEL")
+                        .arg("job")
+                        .query_async(&mut admin)
+                        .await
+                        .unwrap();
+                });
+                tokio::select! {
+                    _ = lost.lost() => "stopped",
+                    _ = tokio::time::sleep(Duration::from_secs(10)) => "ran to the end",
+                }
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(done.value, "stopped");
+    assert!(!done.held_to_end);
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_manager_survives_a_server_restart() {
+    let mut server = Server::start();
+    let mut con = server.client().get_connection_manager().await.unwrap();
+    let first = con.try_acquire("job", TTL).await.unwrap().unwrap();
+    server.restart(); // no persistence: the lock is gone with the old process
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let second = loop {
+        match con.try_acquire("job", TTL).await {
+            Ok(lock) => break lock.expect("free after the restart"),
+            Err(Error::Connection(_)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    };
+    assert_ne!(first.owner(), second.owner());
+    assert!(con.release(&second).await.unwrap());
+}
