@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use crate::error::{is_connection_error, Result};
+use crate::error::{is_connection_error, Error, Result};
 use crate::lock::{
     extend_command, info_command, parse_info, release_command, Lock, LockInfo, Request,
 };
@@ -188,11 +188,15 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> AsyncLockGuard<C> {
         &self.lock
     }
 
-    /// Extends the lock to `ttl` from now; `false` if it was lost.
-    pub async fn extend(&mut self, ttl: Duration) -> Result<bool> {
-        let extended = self.con.extend(&self.lock, ttl).await?;
+    /// Extends the lock to `ttl` from now; [`Error::LockLost`] if it is no longer held.
+    pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
+        if !self.con.extend(&self.lock, ttl).await? {
+            return Err(Error::LockLost {
+                key: self.lock.key.clone(),
+            });
+        }
         self.lock.ttl = ttl;
-        Ok(extended)
+        Ok(())
     }
 
     /// Releases now and waits for the answer; `false` if it was no longer held.

@@ -33,6 +33,8 @@
 //! # Ok(()) }
 //! ```
 
+#![deny(missing_docs)]
+
 mod aio;
 mod error;
 mod lock;

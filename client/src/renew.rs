@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::aio::AsyncLockCommands;
+use crate::error::{Error, Result};
 use crate::lock::Lock;
 use crate::sync::LockCommands;
 
@@ -22,12 +23,24 @@ fn period(ttl: Duration) -> Duration {
 #[derive(Debug, Clone)]
 pub struct LockLost {
     rx: watch::Receiver<bool>,
+    key: String,
 }
 
 impl LockLost {
     /// True once a renewal found the lock gone (expired, or deleted by someone).
     pub fn is_lost(&self) -> bool {
         *self.rx.borrow()
+    }
+
+    /// `Err(`[`Error::LockLost`]`)` once the lock is lost: `lost.check()?` between
+    /// steps of the work stops it before it does harm.
+    pub fn check(&self) -> Result<()> {
+        if self.is_lost() {
+            return Err(Error::LockLost {
+                key: self.key.clone(),
+            });
+        }
+        Ok(())
     }
 
     /// Completes when the lock is lost. Never completes while the lock is held;
@@ -41,12 +54,14 @@ impl LockLost {
 pub(crate) struct Renewal {
     task: JoinHandle<()>,
     rx: watch::Receiver<bool>,
+    key: String,
 }
 
 impl Renewal {
     pub(crate) fn signal(&self) -> LockLost {
         LockLost {
             rx: self.rx.clone(),
+            key: self.key.clone(),
         }
     }
 
@@ -70,6 +85,7 @@ where
     C: AsyncLockCommands + Sync + 'static,
 {
     let (tx, rx) = watch::channel(false);
+    let key = lock.key.clone();
     let task = tokio::spawn(async move {
         let mut last_renewed = Instant::now();
         loop {
@@ -84,7 +100,7 @@ where
         }
         let _ = tx.send(true);
     });
-    Renewal { task, rx }
+    Renewal { task, rx, key }
 }
 
 /// Renews a lock from a thread of its own, for the blocking API.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::ConnectionLike;
 
-use crate::error::{is_connection_error, Result};
+use crate::error::{is_connection_error, Error, Result};
 use crate::lock::{
     extend_command, info_command, parse_info, release_command, Lock, LockInfo, Request,
 };
@@ -154,11 +154,15 @@ impl<C: ConnectionLike> LockGuard<'_, C> {
         self.con
     }
 
-    /// Extends the lock to `ttl` from now; `false` if it was lost.
-    pub fn extend(&mut self, ttl: Duration) -> Result<bool> {
-        let extended = self.con.extend(&self.lock, ttl)?;
+    /// Extends the lock to `ttl` from now; [`Error::LockLost`] if it is no longer held.
+    pub fn extend(&mut self, ttl: Duration) -> Result<()> {
+        if !self.con.extend(&self.lock, ttl)? {
+            return Err(Error::LockLost {
+                key: self.lock.key.clone(),
+            });
+        }
         self.lock.ttl = ttl;
-        Ok(extended)
+        Ok(())
     }
 
     /// Releases now; `false` if the lock was no longer held by this owner.

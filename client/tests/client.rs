@@ -85,8 +85,18 @@ fn a_guard_releases_when_dropped() {
         assert_eq!(other.try_acquire("job", TTL).unwrap(), None);
     }
     assert_eq!(con.lock_info("job").unwrap(), None, "released on drop");
-    let guard = con.lock_guard("job", TTL, None).unwrap().unwrap();
-    assert!(guard.release().unwrap());
+    let mut guard = con.lock_guard("job", TTL, None).unwrap().unwrap();
+    guard.extend(Duration::from_secs(60)).unwrap();
+    let _: i64 = redis::cmd("DEL")
+        .arg("job")
+        .query(guard.connection())
+        .unwrap();
+    let error = guard.extend(TTL).unwrap_err();
+    assert!(
+        matches!(&error, Error::LockLost { key } if key == "job"),
+        "{error:?}"
+    );
+    assert!(!guard.release().unwrap());
 }
 
 #[test]
