@@ -7,8 +7,9 @@
 //! - Expiry: a timer per queued key fires one millisecond after the lock's expiry
 //!   (Redis alone may remove an expired key much later) and opens the key, which makes
 //!   Redis delete it; the hand-off follows in that timer.
-//! - DEL, UNLINK, RENAME, eviction, FLUSHDB/FLUSHALL: Redis 7.0 forbids writes inside
-//!   keyspace events, so the key is marked and a zero-delay timer hands off.
+//! - DEL, UNLINK, RENAME, MOVE, eviction, FLUSHDB/FLUSHALL: Redis tells the module
+//!   from inside its deletion, where writing is not allowed, so the key is marked and
+//!   a zero-delay timer hands off.
 //!
 //! In between, a free key with waiters is never free for anyone else: LOCK.ACQUIRE
 //! first hands off to the queue, and only then looks at the lock.
@@ -19,7 +20,7 @@ use std::collections::HashMap;
 use crate::commands::Reply;
 use crate::ffi::block::Blocked;
 use crate::ffi::key::{OpenKey, Slot};
-use crate::ffi::Ctx;
+use crate::ffi::{Arg, Ctx};
 use crate::lock::queue::{Queues, Waiter};
 use crate::lock::{expires_at, Lock};
 use crate::propagate;
@@ -126,7 +127,7 @@ pub fn hand_off(ctx: Ctx, db: i32, key: &[u8]) -> bool {
         return false;
     }
     drop(open);
-    propagate::grant(ctx, key, &waiter.owner, token, at);
+    propagate::grant(ctx, Arg::Bytes(key), Arg::Bytes(&waiter.owner), token, at);
     STATS.acquisitions.incr();
     STATS.hand_offs.incr();
     // Other waiters with the same owner (a client retrying its WAIT) hold it too.
@@ -198,13 +199,13 @@ fn take_back(ctx: Ctx, db: i32, key: &[u8], token: i64) {
     let ours = matches!(open.slot(), Slot::Lock(lock) if lock.token() == token);
     if ours && open.delete() {
         drop(open);
-        propagate::release(ctx, key);
+        propagate::release(ctx, Arg::Bytes(key));
         hand_off(ctx, db, key);
     }
 }
 
 /// Marks keys that may have freed, and arms the zero-delay timer once.
-fn mark(ctx: Ctx, keys: Vec<(i32, Box<[u8]>)>) {
+fn mark(keys: Vec<(i32, Box<[u8]>)>) {
     if keys.is_empty() {
         return;
     }
@@ -213,21 +214,23 @@ fn mark(ctx: Ctx, keys: Vec<(i32, Box<[u8]>)>) {
         !std::mem::replace(&mut w.marked_timer_armed, true)
     });
     if arm == Some(true) {
-        ctx.start_timer(0, TimerJob::Marked);
+        Ctx::module().start_timer(0, TimerJob::Marked);
     }
 }
 
-/// Redis removed or moved `key` (DEL, UNLINK, RENAME, expiry, eviction).
-pub fn key_removed(ctx: Ctx, db: i32, key: &[u8]) {
+/// Redis is removing the lock at `key` (DEL, UNLINK, RENAME, expiry, eviction…).
+/// Called from inside Redis's deletion, where writes are not allowed: a timer hands
+/// off right after.
+pub fn key_removed(db: i32, key: &[u8]) {
     if waiters(db, key) > 0 {
-        mark(ctx, vec![(db, key.into())]);
+        mark(vec![(db, key.into())]);
     }
 }
 
 /// FLUSHDB (`Some(db)`) or FLUSHALL (`None`) emptied databases.
-pub fn flushed(ctx: Ctx, db: Option<i32>) {
+pub fn flushed(db: Option<i32>) {
     let keys = with(|w| w.queues.keys(db)).unwrap_or_default();
-    mark(ctx, keys);
+    mark(keys);
 }
 
 /// A waiter's timeout passed: it leaves the queue (its reply is null).

@@ -1,31 +1,24 @@
-//! What happens when Redis removes a key by itself (expiry, eviction) or on an
-//! administrator's command (DEL, UNLINK, RENAME, MOVE, FLUSHDB). Redis tells the data
-//! type first ("unlink"), then sends the keyspace event; the pair says that the
-//! removed key was a lock and why.
+//! What happens when a lock leaves the keyspace other than by LOCK.RELEASE: expiry,
+//! eviction, DEL, UNLINK, RENAME, MOVE, an overwrite, FLUSHDB/FLUSHALL.
+//!
+//! Redis tells the data type about every removal of one of its keys ("unlink"), so
+//! the module needs no keyspace-event subscription for that (one would cost every
+//! other command that sends such events). Only expirations are also subscribed to,
+//! to count expirations of held locks: Redis sends "expired" right after the unlink.
 
 use std::cell::RefCell;
 
 use crate::blocking;
-use crate::ffi::Ctx;
 use crate::state::STATS;
 
-/// A keyspace event the module acts on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyEvent {
-    Expired,
-    Evicted,
-    /// DEL, UNLINK, RENAME or MOVE took the key away.
-    Removed,
-}
-
 thread_local! {
-    // The key of the lock Redis unlinked last and has not yet reported an event for.
+    // The key of the lock Redis unlinked last, until the next keyspace event.
     // The buffer is reused, so tracking costs no allocation once warm.
     static UNLINKED: RefCell<(bool, Vec<u8>)> = const { RefCell::new((false, Vec::new())) };
 }
 
-/// Redis is removing the lock at `key` from the keyspace.
-pub fn lock_unlinked(key: &[u8]) {
+/// Redis is removing the lock at `key` in database `db`.
+pub fn lock_unlinked(db: i32, key: &[u8]) {
     UNLINKED.with(|cell| {
         if let Ok(mut unlinked) = cell.try_borrow_mut() {
             unlinked.0 = true;
@@ -33,6 +26,8 @@ pub fn lock_unlinked(key: &[u8]) {
             unlinked.1.extend_from_slice(key);
         }
     });
+    // Whoever waits on it may get it now.
+    blocking::key_removed(db, key);
 }
 
 /// True once, right after the lock at `key` was unlinked.
@@ -46,12 +41,9 @@ fn take_unlinked(key: &[u8]) -> bool {
     })
 }
 
-/// Redis reports `event` on `key` in database `db`.
-pub fn key_event(ctx: Ctx, event: KeyEvent, db: i32, key: &[u8]) {
-    let was_lock = take_unlinked(key);
-    if was_lock && event == KeyEvent::Expired {
+/// Redis reports that `key` expired.
+pub fn key_expired(key: &[u8]) {
+    if take_unlinked(key) {
         STATS.expirations.incr();
     }
-    // Whatever was there, the key may be free now for whoever waits on it.
-    blocking::key_removed(ctx, db, key);
 }

@@ -35,7 +35,7 @@ pub fn aux_loaded(high_water: i64) {
     MINT.observe(high_water);
 }
 
-/// Redis is removing a lock from the keyspace (release, DEL, expiry, overwrite).
-pub fn unlinked(key: &[u8]) {
-    events::lock_unlinked(key);
+/// Redis is removing the lock at `key` in database `db` from the keyspace.
+pub fn unlinked(db: i32, key: &[u8]) {
+    events::lock_unlinked(db, key);
 }

@@ -44,7 +44,8 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         redis_module::raw::redis_log(ctx.raw(), &format!("lock module: {error}"));
         return Status::Err;
     }
-    if !ffi::info::register(ctx)
+    if !ffi::init_module_ctx(ctx)
+        || !ffi::info::register(ctx)
         || !ffi::events::subscribe(ctx)
         || !ffi::block::subscribe_flush(ctx)
     {

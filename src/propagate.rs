@@ -2,32 +2,29 @@
 //! and the token handed out, never a command whose result depends on when or where
 //! it runs.
 
-use crate::ffi::Ctx;
+use crate::ffi::{Arg, Ctx};
 use crate::keyspace::APPLY_COMMAND;
 
-/// A fresh grant: the lock, its token and its absolute expiry.
-pub fn grant(ctx: Ctx, key: &[u8], owner: &[u8], token: i64, expires_at: i64) {
-    let mut token_text = itoa::Buffer::new();
-    let mut at_text = itoa::Buffer::new();
+/// A fresh grant: `LOCK.APPLY key owner token PXAT expires_at`.
+pub fn grant(ctx: Ctx, key: Arg<'_>, owner: Arg<'_>, token: i64, expires_at: i64) {
     ctx.replicate(
         APPLY_COMMAND,
         &[
             key,
             owner,
-            token_text.format(token).as_bytes(),
-            b"PXAT",
-            at_text.format(expires_at).as_bytes(),
+            Arg::Int(token),
+            Arg::Bytes(b"PXAT"),
+            Arg::Int(expires_at),
         ],
     );
 }
 
 /// A new expiry of a held lock (refresh by its holder, EXTEND).
-pub fn expiry(ctx: Ctx, key: &[u8], expires_at: i64) {
-    let mut at_text = itoa::Buffer::new();
-    ctx.replicate(c"PEXPIREAT", &[key, at_text.format(expires_at).as_bytes()]);
+pub fn expiry(ctx: Ctx, key: Arg<'_>, expires_at: i64) {
+    ctx.replicate(c"PEXPIREAT", &[key, Arg::Int(expires_at)]);
 }
 
 /// A release: the key is gone.
-pub fn release(ctx: Ctx, key: &[u8]) {
+pub fn release(ctx: Ctx, key: Arg<'_>) {
     ctx.replicate(c"DEL", &[key]);
 }

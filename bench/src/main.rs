@@ -2,6 +2,7 @@
 //! redis-server with the lock module. Each subcommand alternates the two sides of its
 //! comparison `--runs` times and prints a Markdown table of medians.
 
+mod compare;
 mod handoff;
 mod hot;
 mod stats;
@@ -30,6 +31,9 @@ enum Command {
         #[arg(long, default_value_t = 2000)]
         rounds: usize,
     },
+    /// Each lock step against the plain-Redis way (SET NX PX, EVALSHA scripts, PTTL +
+    /// GET), throughput and server cost, and memory per held lock.
+    Compare,
     /// A hot lock: clients acquire/release one key in a loop for a fixed time, with
     /// server-side WAIT, and polling with SET NX PX and a 1 ms sleep.
     Hot {
@@ -46,6 +50,7 @@ fn main() -> redis::RedisResult<()> {
     let client = redis::Client::open(url)?;
     match cli.command {
         Command::Handoff { rounds } => handoff::run(&client, cli.runs, rounds),
+        Command::Compare => compare::run(&client, cli.port, cli.runs),
         Command::Hot { clients, seconds } => hot::run(&client, cli.runs, clients, seconds),
     }
 }

@@ -4,7 +4,7 @@ use super::args::{parse_acquire, Wait};
 use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
 use crate::blocking;
 use crate::ffi::key::OpenKey;
-use crate::ffi::{Args, Ctx};
+use crate::ffi::{Arg, Args, Ctx};
 use crate::lock::{plan_acquire, AcquirePlan, Lock};
 use crate::propagate;
 use crate::state::{limits, MINT, STATS};
@@ -46,7 +46,8 @@ fn acquire(ctx: Ctx, args: &Args) -> Reply {
             {
                 return Reply::error("ERR could not store the lock");
             }
-            propagate::grant(ctx, key_bytes, request.owner, token, expires_at);
+            let owner = args.string(2).map_or(Arg::Bytes(request.owner), Arg::Str);
+            propagate::grant(ctx, Arg::Str(key), owner, token, expires_at);
             STATS.acquisitions.incr();
             Reply::Integer(token)
         }
@@ -54,7 +55,7 @@ fn acquire(ctx: Ctx, args: &Args) -> Reply {
             if !open.set_expires_at(expires_at) {
                 return Reply::error("ERR could not set the lock's expiry");
             }
-            propagate::expiry(ctx, key_bytes, expires_at);
+            propagate::expiry(ctx, Arg::Str(key), expires_at);
             STATS.refreshes.incr();
             Reply::Integer(token)
         }

@@ -3,7 +3,7 @@
 use super::args::parse_extend;
 use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
 use crate::ffi::key::OpenKey;
-use crate::ffi::{Args, Ctx};
+use crate::ffi::{Arg, Args, Ctx};
 use crate::lock::plan_extend;
 use crate::propagate;
 use crate::state::{limits, STATS};
@@ -37,7 +37,7 @@ fn extend(ctx: Ctx, args: &Args) -> Reply {
             if !open.set_expires_at(expires_at) {
                 return Reply::error("ERR could not set the lock's expiry");
             }
-            propagate::expiry(ctx, key.as_bytes(), expires_at);
+            propagate::expiry(ctx, Arg::Str(key), expires_at);
             STATS.extends.incr();
             Reply::Integer(1)
         }

@@ -4,7 +4,7 @@ use super::args::parse_owner;
 use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
 use crate::blocking;
 use crate::ffi::key::OpenKey;
-use crate::ffi::{Args, Ctx};
+use crate::ffi::{Arg, Args, Ctx};
 use crate::lock::may_release;
 use crate::propagate;
 use crate::state::{limits, STATS};
@@ -38,7 +38,7 @@ fn release(ctx: Ctx, args: &Args) -> Reply {
                 return Reply::error("ERR could not delete the lock");
             }
             drop(open);
-            propagate::release(ctx, key.as_bytes());
+            propagate::release(ctx, Arg::Str(key));
             STATS.releases.incr();
             blocking::hand_off(ctx, ctx.selected_db(), key.as_bytes());
             Reply::Integer(1)

@@ -94,7 +94,7 @@ extern "C" fn timer_fired(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
 }
 
 extern "C" fn flushed(
-    ctx: *mut raw::RedisModuleCtx,
+    _ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
     subevent: u64,
     data: *mut c_void,
@@ -108,7 +108,7 @@ extern "C" fn flushed(
     };
     // dbnum is -1 for FLUSHALL.
     let db = (info.dbnum >= 0).then_some(info.dbnum);
-    let _ = catch_unwind(AssertUnwindSafe(|| blocking::flushed(Ctx::new(ctx), db)));
+    let _ = catch_unwind(AssertUnwindSafe(|| blocking::flushed(db)));
 }
 
 impl Ctx {

@@ -27,12 +27,12 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         aux_save: Some(aux_save),
         aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
         free_effort: None,
-        unlink: Some(unlink),
+        unlink: None,
         copy: Some(copy),
         defrag: None,
         mem_usage2: None,
         free_effort2: None,
-        unlink2: None,
+        unlink2: Some(unlink2),
         copy2: None,
         aux_save2: None,
     },
@@ -153,9 +153,13 @@ extern "C" fn copy(
     })
 }
 
-extern "C" fn unlink(key: *mut raw::RedisModuleString, _value: *const c_void) {
-    let key = super::RString::from_ptr(key);
-    keyspace::unlinked(key.map_or(&[][..], super::RString::as_bytes));
+/// Redis is removing a lock from the keyspace: DEL, UNLINK, RENAME, MOVE, expiry,
+/// eviction, an overwrite, or a release (not FLUSHALL, which has its own event).
+extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
+    let key = call!(RedisModule_GetKeyNameFromOptCtx(ctx) else ptr::null());
+    let db = call!(RedisModule_GetDbIdFromOptCtx(ctx) else 0);
+    let key = super::RString::from_ptr(key.cast_mut()).map_or(&[][..], super::RString::as_bytes);
+    let _ = std::panic::catch_unwind(|| keyspace::unlinked(db, key));
 }
 
 extern "C" fn aux_save(io: *mut raw::RedisModuleIO, when: c_int) {

@@ -1,4 +1,4 @@
-//! Keyspace notifications the module listens to.
+//! The keyspace notification the module listens to: expirations only.
 
 use std::ffi::{c_char, c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -6,40 +6,25 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use redis_module::raw;
 
 use super::{call, Ctx, RString, ERR, OK};
-use crate::events::{self, KeyEvent};
+use crate::events;
 
-extern "C" fn on_keyspace_event(
-    ctx: *mut raw::RedisModuleCtx,
+extern "C" fn on_expired(
+    _ctx: *mut raw::RedisModuleCtx,
     _type: c_int,
     event: *const c_char,
     key: *mut raw::RedisModuleString,
 ) -> c_int {
-    if event.is_null() {
+    // SAFETY: Redis passes the event name as a NUL-terminated string.
+    if event.is_null() || unsafe { CStr::from_ptr(event) }.to_bytes() != b"expired" {
         return OK;
     }
-    // SAFETY: Redis passes the event name as a NUL-terminated string.
-    let name = unsafe { CStr::from_ptr(event) }.to_bytes();
-    let kind = match name {
-        b"expired" => KeyEvent::Expired,
-        b"evicted" => KeyEvent::Evicted,
-        b"del" | b"rename_from" | b"move_from" => KeyEvent::Removed,
-        _ => return OK,
-    };
-    let ctx = Ctx::new(ctx);
     let key = RString::from_ptr(key).map_or(&[][..], RString::as_bytes);
-    // A panic must not unwind into Redis; the event is only counted, so it is dropped.
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        events::key_event(ctx, kind, ctx.selected_db(), key)
-    }));
+    let _ = catch_unwind(AssertUnwindSafe(|| events::key_expired(key)));
     OK
 }
 
-/// Subscribes to the events that remove a key: generic (DEL, UNLINK, RENAME, MOVE),
-/// expired and evicted.
+/// Subscribes to expirations (the "expired" class only: no other command pays).
 pub fn subscribe(ctx: Ctx) -> bool {
-    let types = (raw::REDISMODULE_NOTIFY_GENERIC
-        | raw::REDISMODULE_NOTIFY_EXPIRED
-        | raw::REDISMODULE_NOTIFY_EVICTED) as c_int;
-    call!(RedisModule_SubscribeToKeyspaceEvents(ctx.raw(), types, Some(on_keyspace_event)) else ERR)
-        == OK
+    let types = raw::REDISMODULE_NOTIFY_EXPIRED as c_int;
+    call!(RedisModule_SubscribeToKeyspaceEvents(ctx.raw(), types, Some(on_expired)) else ERR) == OK
 }

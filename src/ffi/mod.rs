@@ -13,8 +13,9 @@ pub mod events;
 pub mod info;
 pub mod key;
 
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_int, CStr, CString};
 use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw;
 
@@ -99,6 +100,10 @@ pub fn missing_required_apis() -> Vec<&'static str> {
         RedisModule_SelectDb,
         RedisModule_CreateString,
         RedisModule_FreeString,
+        RedisModule_GetKeyNameFromOptCtx,
+        RedisModule_GetDbIdFromOptCtx,
+        RedisModule_GetDetachedThreadSafeContext,
+        RedisModule_CreateStringFromLongLong,
     )
 }
 
@@ -113,9 +118,26 @@ pub struct Where {
     pub cannot_block: bool,
 }
 
+/// The module's own long-lived context, for callbacks that get none (data-type
+/// callbacks); set once at load.
+static MODULE_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(ptr::null_mut());
+
+/// Creates the module's long-lived context; false if Redis refused.
+pub fn init_module_ctx(ctx: Ctx) -> bool {
+    let detached = call!(RedisModule_GetDetachedThreadSafeContext(ctx.0) else ptr::null_mut());
+    MODULE_CTX.store(detached, Ordering::Relaxed);
+    !detached.is_null()
+}
+
 impl Ctx {
     pub fn new(ctx: *mut raw::RedisModuleCtx) -> Self {
         Ctx(ctx)
+    }
+
+    /// The module's own context (see [`init_module_ctx`]), for timers started from
+    /// callbacks that have no context of their own. Main thread only.
+    pub fn module() -> Self {
+        Ctx(MODULE_CTX.load(Ordering::Relaxed))
     }
 
     pub fn raw(self) -> *mut raw::RedisModuleCtx {
@@ -184,48 +206,67 @@ impl Ctx {
     }
 
     /// Propagates `command args…` to replicas and the AOF, inside this command's
-    /// transaction. Every argument is passed as bytes (format letter `b`); commands of
-    /// one, two or five arguments.
-    pub fn replicate(self, command: &CStr, args: &[&[u8]]) {
-        let Some(f) = (unsafe { raw::RedisModule_Replicate }) else {
+    /// transaction. Strings Redis handed us go as they are; bytes and integers are
+    /// made into strings for the call.
+    pub fn replicate(self, command: &CStr, args: &[Arg<'_>]) {
+        const MAX: usize = 8;
+        let Some(args) = args.get(..args.len().min(MAX)) else {
             return;
         };
-        let (name, fmt) = (command.as_ptr(), B_FORMATS[args.len().min(5)].as_ptr());
-        let p = |i: usize| {
-            args.get(i)
-                .map_or(ptr::null(), |a| a.as_ptr().cast::<c_char>())
-        };
-        let n = |i: usize| args.get(i).map_or(0, |a| a.len());
-        // SAFETY: RedisModule_Replicate is variadic; `fmt` has one `b` per argument
-        // and each `b` is followed by its (pointer, length) pair. Only the arities
-        // this module uses (DEL, PEXPIREAT, LOCK.APPLY) are spelled out.
-        unsafe {
-            match args.len() {
-                1 => f(self.0, name, fmt, p(0), n(0)),
-                2 => f(self.0, name, fmt, p(0), n(0), p(1), n(1)),
-                5 => f(
-                    self.0,
-                    name,
-                    fmt,
-                    p(0),
-                    n(0),
-                    p(1),
-                    n(1),
-                    p(2),
-                    n(2),
-                    p(3),
-                    n(3),
-                    p(4),
-                    n(4),
+        let mut argv = [ptr::null_mut::<raw::RedisModuleString>(); MAX];
+        let mut created = [false; MAX];
+        for (i, arg) in args.iter().enumerate() {
+            let (string, made) = match arg {
+                Arg::Str(s) => (s.as_ptr(), false),
+                Arg::Bytes(b) => (
+                    call!(RedisModule_CreateString(self.0, b.as_ptr().cast(), b.len()) else ptr::null_mut()),
+                    true,
                 ),
-                _ => ERR,
+                Arg::Int(n) => (
+                    call!(RedisModule_CreateStringFromLongLong(self.0, *n) else ptr::null_mut()),
+                    true,
+                ),
             };
+            if string.is_null() {
+                self.free_strings(&argv, &created);
+                return;
+            }
+            argv[i] = string;
+            created[i] = made;
+        }
+        if let Some(f) = unsafe { raw::RedisModule_Replicate } {
+            // SAFETY: format "v" takes a RedisModuleString** and its length; Redis
+            // takes its own references to the strings.
+            unsafe {
+                f(
+                    self.0,
+                    command.as_ptr(),
+                    c"v".as_ptr(),
+                    argv.as_mut_ptr(),
+                    args.len(),
+                )
+            };
+        }
+        self.free_strings(&argv, &created);
+    }
+
+    fn free_strings(self, argv: &[*mut raw::RedisModuleString], created: &[bool]) {
+        for (&string, &made) in argv.iter().zip(created) {
+            if made && !string.is_null() {
+                call!(RedisModule_FreeString(self.0, string) else ());
+            }
         }
     }
 }
 
-/// Format strings of one to five byte-buffer arguments, indexed by their count.
-pub(crate) const B_FORMATS: [&CStr; 6] = [c"", c"b", c"bb", c"bbb", c"bbbb", c"bbbbb"];
+/// One argument of a propagated command.
+#[derive(Clone, Copy)]
+pub enum Arg<'a> {
+    /// A string Redis handed to the command (key, owner): passed without a copy.
+    Str(&'a RString),
+    Bytes(&'a [u8]),
+    Int(i64),
+}
 
 /// A string argument of a command, borrowed from Redis for the call.
 #[repr(transparent)]

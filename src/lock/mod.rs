@@ -2,10 +2,12 @@
 //! and extend. Nothing here knows about Redis; time comes in as an argument (Unix
 //! milliseconds), so every rule is unit-tested without a server.
 
+pub mod owner;
 pub mod queue;
 pub mod stats;
 pub mod token;
 
+use owner::Owner;
 pub use stats::Stats;
 pub use token::TokenMint;
 
@@ -14,19 +16,19 @@ pub use token::TokenMint;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lock {
     token: i64,
-    owner: Box<[u8]>,
+    owner: Owner,
 }
 
 impl Lock {
     pub fn new(owner: &[u8], token: i64) -> Self {
         Lock {
             token,
-            owner: owner.into(),
+            owner: Owner::new(owner),
         }
     }
 
     pub fn owner(&self) -> &[u8] {
-        &self.owner
+        self.owner.as_bytes()
     }
 
     pub fn token(&self) -> i64 {
@@ -34,12 +36,12 @@ impl Lock {
     }
 
     pub fn is_held_by(&self, owner: &[u8]) -> bool {
-        *self.owner == *owner
+        self.owner.as_bytes() == owner
     }
 
     /// Heap bytes this lock owns besides the `Lock` itself (for `MEMORY USAGE`).
     pub fn heap_size(&self) -> usize {
-        self.owner.len()
+        self.owner.heap_size()
     }
 }
 
@@ -156,6 +158,11 @@ mod tests {
         let plan = plan_acquire(Some(&lock), b"b", 100, NOW, &mint).unwrap();
         assert_eq!(plan, AcquirePlan::Busy);
         assert_eq!(mint.high_water(), 0);
+    }
+
+    #[test]
+    fn a_lock_with_a_uuid_owner_fits_one_48_byte_allocation() {
+        assert_eq!(std::mem::size_of::<Lock>(), 48);
     }
 
     #[test]

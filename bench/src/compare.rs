@@ -1,0 +1,485 @@
+//! Each lock step against the plain-Redis way of doing it, on the same server in the
+//! same run: client-side throughput from `redis-benchmark` (unpipelined and `-P 32`)
+//! and server-side cost (`usec_per_call` from INFO commandstats, reset before each run).
+//! Keys are 16 bytes, owners 36-byte UUIDs, on both sides.
+
+use std::process::Command;
+
+use redis::{Client, Connection, RedisResult};
+
+use crate::stats::median;
+
+const OWNER: &str = "6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2d";
+const OTHER: &str = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
+const LONG_TTL: &str = "3600000";
+
+pub const RELEASE_SCRIPT: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+pub const EXTEND_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
+
+/// One side of a comparison: a redis-benchmark command line.
+struct Side {
+    label: &'static str,
+    /// The command, `__rand_int__` standing for a 12-digit key suffix.
+    args: Vec<String>,
+    /// The commandstats entries whose cost this side pays.
+    cmdstats: &'static [&'static str],
+}
+
+/// Keys the held-key rows use: `lk:x000000000000` … `lk:x000000000999`.
+const HELD_KEYS: u64 = 1000;
+
+struct Row {
+    name: &'static str,
+    ours: Side,
+    theirs: Vec<Side>,
+    /// Random key range: huge for free keys, HELD_KEYS for held ones.
+    range: u64,
+    /// Whether keys must be held (by OWNER) before each run.
+    held: bool,
+    target: &'static str,
+}
+
+fn args(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|p| p.to_string()).collect()
+}
+
+fn rows(extend_sha: &str) -> Vec<Row> {
+    vec![
+        Row {
+            name: "acquire a free key",
+            ours: Side {
+                label: "LOCK.ACQUIRE",
+                args: args(&["LOCK.ACQUIRE", "lk:x__rand_int__", OWNER, "100000"]),
+                cmdstats: &["lock.acquire"],
+            },
+            theirs: vec![Side {
+                label: "SET NX PX",
+                args: args(&["SET", "sk:x__rand_int__", OWNER, "NX", "PX", "100000"]),
+                cmdstats: &["set"],
+            }],
+            range: 100_000_000,
+            held: false,
+            target: "throughput ≥ 1.0x, usec_per_call ≤ 1.05x",
+        },
+        Row {
+            name: "acquire a held key (miss)",
+            ours: Side {
+                label: "LOCK.ACQUIRE",
+                args: args(&["LOCK.ACQUIRE", "lk:x__rand_int__", OTHER, "100000"]),
+                cmdstats: &["lock.acquire"],
+            },
+            theirs: vec![Side {
+                label: "SET NX PX",
+                args: args(&["SET", "sk:x__rand_int__", OTHER, "NX", "PX", "100000"]),
+                cmdstats: &["set"],
+            }],
+            range: HELD_KEYS,
+            held: true,
+            target: "≥ 1.0x",
+        },
+        Row {
+            name: "extend by the owner",
+            ours: Side {
+                label: "LOCK.EXTEND",
+                args: args(&["LOCK.EXTEND", "lk:x__rand_int__", OWNER, LONG_TTL]),
+                cmdstats: &["lock.extend"],
+            },
+            theirs: vec![Side {
+                label: "EVALSHA compare-and-pexpire",
+                args: args(&[
+                    "EVALSHA",
+                    extend_sha,
+                    "1",
+                    "sk:x__rand_int__",
+                    OWNER,
+                    LONG_TTL,
+                ]),
+                cmdstats: &["evalsha"],
+            }],
+            range: HELD_KEYS,
+            held: true,
+            target: "≥ 2x throughput",
+        },
+        Row {
+            name: "read the lock",
+            ours: Side {
+                label: "LOCK.INFO",
+                args: args(&["LOCK.INFO", "lk:x__rand_int__"]),
+                cmdstats: &["lock.info"],
+            },
+            theirs: vec![
+                Side {
+                    label: "PTTL",
+                    args: args(&["PTTL", "sk:x__rand_int__"]),
+                    cmdstats: &["pttl"],
+                },
+                Side {
+                    label: "GET",
+                    args: args(&["GET", "sk:x__rand_int__"]),
+                    cmdstats: &["get"],
+                },
+            ],
+            range: HELD_KEYS,
+            held: true,
+            target: "≥ 1.0x (against PTTL and GET together)",
+        },
+    ]
+}
+
+/// What one redis-benchmark run measured.
+#[derive(Clone, Copy, Debug, Default)]
+struct Measure {
+    rps: f64,
+    usec_per_call: f64,
+}
+
+fn redis_benchmark(port: u16, side: &Side, range: u64, requests: u64, pipeline: u32) -> f64 {
+    let output = Command::new("redis-benchmark")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args([
+            "-n",
+            &requests.to_string(),
+            "-c",
+            "50",
+            "-r",
+            &range.to_string(),
+        ])
+        .args(["-P", &pipeline.to_string(), "--csv"])
+        .args(&side.args)
+        .output()
+        .expect("redis-benchmark (Debian package redis-tools)");
+    let text = String::from_utf8_lossy(&output.stdout);
+    // CSV: a header line, then "<test>","<rps>",...
+    text.lines()
+        .nth(1)
+        .and_then(|line| line.split(',').nth(1))
+        .and_then(|rps| rps.trim_matches('"').parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Sum of `usec` over `calls` for the given commandstats entries.
+fn usec_per_call(con: &mut Connection, names: &[&str]) -> RedisResult<f64> {
+    let text: String = redis::cmd("INFO").arg("commandstats").query(con)?;
+    let (mut calls, mut usec) = (0.0, 0.0);
+    for line in text.lines() {
+        let Some((name, fields)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        if !names.contains(&name) {
+            continue;
+        }
+        for field in fields.split(',') {
+            match field.split_once('=') {
+                Some(("calls", v)) => calls += v.parse::<f64>().unwrap_or(0.0),
+                Some(("usec", v)) => usec += v.parse::<f64>().unwrap_or(0.0),
+                _ => {}
+            }
+        }
+    }
+    Ok(if calls > 0.0 { usec / calls } else { 0.0 })
+}
+
+/// Holds the HELD_KEYS keys of both sides, as OWNER, with a long TTL.
+fn hold_keys(con: &mut Connection) -> RedisResult<()> {
+    let mut pipe = redis::pipe();
+    for i in 0..HELD_KEYS {
+        let suffix = format!("{i:012}");
+        pipe.cmd("LOCK.ACQUIRE")
+            .arg(format!("lk:x{suffix}"))
+            .arg(OWNER)
+            .arg(LONG_TTL)
+            .ignore();
+        pipe.cmd("SET")
+            .arg(format!("sk:x{suffix}"))
+            .arg(OWNER)
+            .arg("PX")
+            .arg(LONG_TTL)
+            .ignore();
+    }
+    pipe.query(con)
+}
+
+fn measure(
+    port: u16,
+    con: &mut Connection,
+    row: &Row,
+    side: &Side,
+    pipeline: u32,
+) -> RedisResult<Measure> {
+    let _: () = redis::cmd("FLUSHALL").query(con)?;
+    if row.held {
+        hold_keys(con)?;
+    }
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(con)?;
+    let requests = if pipeline > 1 { 1_000_000 } else { 200_000 };
+    let rps = redis_benchmark(port, side, row.range, requests, pipeline);
+    Ok(Measure {
+        rps,
+        usec_per_call: usec_per_call(con, side.cmdstats)?,
+    })
+}
+
+/// Runs every row, alternating ours and theirs `runs` times, and prints the table.
+pub fn run(client: &Client, port: u16, runs: usize) -> RedisResult<()> {
+    let mut con = client.get_connection()?;
+    let release_sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(RELEASE_SCRIPT)
+        .query(&mut con)?;
+    let extend_sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(EXTEND_SCRIPT)
+        .query(&mut con)?;
+    println!("| step | ours | plain Redis | pipeline | ours (req/s) | plain (req/s) | throughput ratio | ours usec/call | plain usec/call | cost ratio | target |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for row in rows(&extend_sha) {
+        for pipeline in [1, 32] {
+            let mut ours = Vec::new();
+            let mut theirs: Vec<Vec<Measure>> = vec![Vec::new(); row.theirs.len()];
+            for _ in 0..runs {
+                ours.push(measure(port, &mut con, &row, &row.ours, pipeline)?);
+                for (side, samples) in row.theirs.iter().zip(theirs.iter_mut()) {
+                    samples.push(measure(port, &mut con, &row, side, pipeline)?);
+                }
+            }
+            let our_rps = median(&ours.iter().map(|m| m.rps).collect::<Vec<_>>());
+            let our_usec = median(&ours.iter().map(|m| m.usec_per_call).collect::<Vec<_>>());
+            // Several plain commands for one of ours: their times add up.
+            let their_secs_per_op: f64 = theirs
+                .iter()
+                .map(|s| 1.0 / median(&s.iter().map(|m| m.rps).collect::<Vec<_>>()).max(1e-9))
+                .sum();
+            let their_rps = 1.0 / their_secs_per_op;
+            let their_usec: f64 = theirs
+                .iter()
+                .map(|s| median(&s.iter().map(|m| m.usec_per_call).collect::<Vec<_>>()))
+                .sum();
+            let labels: Vec<&str> = row.theirs.iter().map(|s| s.label).collect();
+            println!(
+                "| {} | {} | {} | {} | {:.0} | {:.0} | {:.2}x | {:.2} | {:.2} | {:.2}x | {} |",
+                row.name,
+                row.ours.label,
+                labels.join(" + "),
+                if pipeline > 1 { "-P 32" } else { "none" },
+                our_rps,
+                their_rps,
+                our_rps / their_rps.max(1e-9),
+                our_usec,
+                their_usec,
+                our_usec / their_usec.max(1e-9),
+                row.target
+            );
+        }
+    }
+    for pipeline in [1, 32] {
+        release_row(client, &mut con, &release_sha, runs, pipeline)?;
+    }
+    memory_row(&mut con, runs)?;
+    Ok(())
+}
+
+/// Keys released per run of the release row.
+const RELEASE_KEYS: u64 = 200_000;
+/// Client connections releasing in parallel.
+const RELEASE_CLIENTS: u64 = 4;
+
+/// Releases RELEASE_KEYS held keys, each exactly once, from RELEASE_CLIENTS
+/// connections; returns requests per second.
+fn release_all(client: &Client, command: impl Fn(u64) -> redis::Cmd + Sync, pipeline: u64) -> f64 {
+    let start = std::time::Instant::now();
+    std::thread::scope(|scope| {
+        for c in 0..RELEASE_CLIENTS {
+            let command = &command;
+            scope.spawn(move || {
+                let mut con = client.get_connection().expect("connection");
+                let mut pipe = redis::pipe();
+                let mut queued = 0;
+                for i in (c..RELEASE_KEYS).step_by(RELEASE_CLIENTS as usize) {
+                    pipe.add_command(command(i)).ignore();
+                    queued += 1;
+                    if queued == pipeline {
+                        let _: () = pipe.query(&mut con).expect("release");
+                        pipe = redis::pipe();
+                        queued = 0;
+                    }
+                }
+                if queued > 0 {
+                    let _: () = pipe.query(&mut con).expect("release");
+                }
+            });
+        }
+    });
+    RELEASE_KEYS as f64 / start.elapsed().as_secs_f64()
+}
+
+fn populate(
+    con: &mut Connection,
+    keys: u64,
+    command: impl Fn(u64) -> redis::Cmd,
+) -> RedisResult<()> {
+    for chunk in (0..keys).collect::<Vec<_>>().chunks(1000) {
+        let mut pipe = redis::pipe();
+        for &i in chunk {
+            pipe.add_command(command(i)).ignore();
+        }
+        let _: () = pipe.query(con)?;
+    }
+    Ok(())
+}
+
+fn lock_key(i: u64) -> String {
+    format!("lk:x{i:012}")
+}
+
+fn plain_key(i: u64) -> String {
+    format!("sk:x{i:012}")
+}
+
+/// A 36-byte owner id, distinct per key.
+fn owner(i: u64) -> String {
+    format!("{i:08x}-3d4a-4f5b-9c8d-7e6f5a4b3c2d")
+}
+
+fn acquire_cmd(i: u64) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.ACQUIRE");
+    cmd.arg(lock_key(i)).arg(owner(i)).arg(LONG_TTL);
+    cmd
+}
+
+fn set_cmd(i: u64) -> redis::Cmd {
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(plain_key(i))
+        .arg(owner(i))
+        .arg("NX")
+        .arg("PX")
+        .arg(LONG_TTL);
+    cmd
+}
+
+fn release_row(
+    client: &Client,
+    con: &mut Connection,
+    sha: &str,
+    runs: usize,
+    pipeline: u64,
+) -> RedisResult<()> {
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        for (side, samples) in [(true, &mut ours), (false, &mut theirs)] {
+            let _: () = redis::cmd("FLUSHALL").query(con)?;
+            if side {
+                populate(con, RELEASE_KEYS, acquire_cmd)?;
+            } else {
+                populate(con, RELEASE_KEYS, set_cmd)?;
+            }
+            let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(con)?;
+            let rps = if side {
+                release_all(
+                    client,
+                    |i| {
+                        let mut cmd = redis::cmd("LOCK.RELEASE");
+                        cmd.arg(lock_key(i)).arg(owner(i));
+                        cmd
+                    },
+                    pipeline,
+                )
+            } else {
+                release_all(
+                    client,
+                    |i| {
+                        let mut cmd = redis::cmd("EVALSHA");
+                        cmd.arg(sha).arg(1).arg(plain_key(i)).arg(owner(i));
+                        cmd
+                    },
+                    pipeline,
+                )
+            };
+            let left: i64 = redis::cmd("DBSIZE").query(con)?;
+            assert_eq!(left, 0, "every key released exactly once");
+            let names: &[&str] = if side {
+                &["lock.release"]
+            } else {
+                &["evalsha"]
+            };
+            samples.push(Measure {
+                rps,
+                usec_per_call: usec_per_call(con, names)?,
+            });
+        }
+    }
+    print_pair(
+        "release by the owner",
+        "LOCK.RELEASE",
+        "EVALSHA compare-and-del",
+        pipeline,
+        &ours,
+        &theirs,
+        "≥ 2x throughput",
+    );
+    Ok(())
+}
+
+fn print_pair(
+    step: &str,
+    ours_label: &str,
+    theirs_label: &str,
+    pipeline: u64,
+    ours: &[Measure],
+    theirs: &[Measure],
+    target: &str,
+) {
+    let rps = |m: &[Measure]| median(&m.iter().map(|x| x.rps).collect::<Vec<_>>());
+    let usec = |m: &[Measure]| median(&m.iter().map(|x| x.usec_per_call).collect::<Vec<_>>());
+    println!(
+        "| {step} | {ours_label} | {theirs_label} | {} | {:.0} | {:.0} | {:.2}x | {:.2} | {:.2} | {:.2}x | {target} |",
+        if pipeline > 1 { format!("{pipeline} per round trip, {RELEASE_CLIENTS} clients") } else { format!("none, {RELEASE_CLIENTS} clients") },
+        rps(ours),
+        rps(theirs),
+        rps(ours) / rps(theirs).max(1e-9),
+        usec(ours),
+        usec(theirs),
+        usec(ours) / usec(theirs).max(1e-9),
+    );
+}
+
+/// Locks held for the memory row.
+const MEMORY_KEYS: u64 = 1_000_000;
+
+fn used_memory(con: &mut Connection) -> RedisResult<f64> {
+    let text: String = redis::cmd("INFO").arg("memory").query(con)?;
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0))
+}
+
+fn memory_row(con: &mut Connection, runs: usize) -> RedisResult<()> {
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        for (side, samples) in [(true, &mut ours), (false, &mut theirs)] {
+            let _: () = redis::cmd("FLUSHALL").query(con)?;
+            let before = used_memory(con)?;
+            if side {
+                populate(con, MEMORY_KEYS, acquire_cmd)?;
+            } else {
+                populate(con, MEMORY_KEYS, set_cmd)?;
+            }
+            samples.push((used_memory(con)? - before) / MEMORY_KEYS as f64);
+        }
+    }
+    let _: () = redis::cmd("FLUSHALL").query(con)?;
+    let (ours, theirs) = (median(&ours), median(&theirs));
+    println!();
+    println!("| memory per held lock | ours (bytes) | SET PX (bytes) | ratio | target |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| {MEMORY_KEYS} locks, 16-byte keys, 36-byte owners, used_memory delta | {ours:.1} | {theirs:.1} | {:.2}x | ≤ 1.15x |",
+        ours / theirs.max(1e-9)
+    );
+    Ok(())
+}
