@@ -37,6 +37,23 @@ tmp="$(mktemp)"
   echo "- Server: $(redis-server --version | awk '{print $1, $2, $3}'), module release build, loopback"
   echo "- Each comparison alternates its sides $RUNS times; medians are over those runs."
   echo
+  echo "## Each lock step against the plain-Redis way"
+  echo
+  echo "Client-side throughput from redis-benchmark (50 clients; 200,000 requests"
+  echo "unpipelined, 1,000,000 with -P 32) and server-side cost (usec_per_call from INFO"
+  echo "commandstats, reset before each run), median of $RUNS alternating runs. The release"
+  echo "row uses lock-bench (each held key released exactly once, 4 connections)."
+  echo
+  "$DRIVER" --port "$port" --runs "$RUNS" compare
+  echo
+  echo "## Instructions per command (callgrind)"
+  echo
+  echo "Inclusive instructions of Redis's call() per command (the command, its keyspace"
+  echo "work and its propagation), counted by valgrind --tool=callgrind on redis-server:"
+  echo "stable on a noisy machine. 20,000 commands per row, sent with redis-cli --pipe."
+  echo
+  bench/callgrind.sh
+  echo
   echo "## Hand-off latency (LOCK.ACQUIRE … WAIT)"
   echo
   "$DRIVER" --port "$port" --runs "$RUNS" handoff --rounds 2000

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Instructions per command, counted by valgrind's callgrind on redis-server: the
+# inclusive instruction count of Redis's call() (the command itself, its keyspace
+# work and its propagation; not networking or parsing), divided by the number of
+# commands. Instruction counts do not depend on what else the machine is doing.
+# Prints a Markdown table; used by bench/run.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+N="${N:-20000}"
+MODULE="$PWD/target/release/libredis_lock.so"
+OWNER="6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2d"
+OTHER="0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+
+dir="$(mktemp -d)"
+port=$(( 20000 + RANDOM % 20000 ))
+valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out" \
+  redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save "" --appendonly no \
+  --loadmodule "$MODULE" >"$dir/valgrind.log" 2>&1 &
+vg=$!
+trap 'kill $vg 2>/dev/null; wait $vg 2>/dev/null; rm -rf "$dir"' EXIT
+for _ in $(seq 1 200); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+cli() { redis-cli -p "$port" "$@"; }
+pipe() { redis-cli -p "$port" --pipe >/dev/null; }
+release_sha=$(cli SCRIPT LOAD "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0")
+extend_sha=$(cli SCRIPT LOAD "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0")
+
+# Inline commands for keys 0..N-1: `gen 'FORMAT with %d'`.
+gen() { seq 0 $((N - 1)) | awk -v f="$1" '{ printf f "\r\n", $1 }'; }
+
+# instructions SETUP MEASURED: runs SETUP, then counts MEASURED (both formats for gen).
+instructions() {
+  cli FLUSHALL >/dev/null
+  [ -n "$1" ] && gen "$1" | pipe
+  callgrind_control -z "$vg" >/dev/null 2>&1
+  gen "$2" | pipe
+  callgrind_control -d "$vg" >/dev/null 2>&1
+  local dump
+  dump=$(ls -t "$dir"/callgrind.out* | head -1)
+  callgrind_annotate --inclusive=yes --auto=no "$dump" 2>/dev/null \
+    | awk -v n="$N" '/[:]call \[/ { gsub(",", "", $1); printf "%.0f", $1 / n; exit }'
+}
+
+row() { # name ours theirs target
+  local ratio
+  ratio=$(awk -v a="$2" -v b="$3" 'BEGIN { printf "%.2f", a / b }')
+  echo "| $1 | $2 | $3 | ${ratio}x | $4 |"
+}
+
+echo "| step | ours (instructions per call) | plain Redis | ratio | plain Redis command |"
+echo "|---|---|---|---|---|"
+row "acquire a free key" \
+  "$(instructions "" "LOCK.ACQUIRE lk:x%012d $OWNER 100000")" \
+  "$(instructions "" "SET sk:x%012d $OWNER NX PX 100000")" "SET NX PX"
+row "acquire a held key (miss)" \
+  "$(instructions "LOCK.ACQUIRE lk:x%012d $OWNER 3600000" "LOCK.ACQUIRE lk:x%012d $OTHER 100000")" \
+  "$(instructions "SET sk:x%012d $OWNER PX 3600000" "SET sk:x%012d $OTHER NX PX 100000")" "SET NX PX"
+row "extend by the owner" \
+  "$(instructions "LOCK.ACQUIRE lk:x%012d $OWNER 3600000" "LOCK.EXTEND lk:x%012d $OWNER 3600000")" \
+  "$(instructions "SET sk:x%012d $OWNER PX 3600000" "EVALSHA $extend_sha 1 sk:x%012d $OWNER 3600000")" "EVALSHA compare-and-pexpire"
+row "release by the owner" \
+  "$(instructions "LOCK.ACQUIRE lk:x%012d $OWNER 3600000" "LOCK.RELEASE lk:x%012d $OWNER")" \
+  "$(instructions "SET sk:x%012d $OWNER PX 3600000" "EVALSHA $release_sha 1 sk:x%012d $OWNER")" "EVALSHA compare-and-del"
+info=$(instructions "LOCK.ACQUIRE lk:x%012d $OWNER 3600000" "LOCK.INFO lk:x%012d")
+pttl=$(instructions "SET sk:x%012d $OWNER PX 3600000" "PTTL sk:x%012d")
+get=$(instructions "SET sk:x%012d $OWNER PX 3600000" "GET sk:x%012d")
+row "read the lock" "$info" "$((pttl + get))" "PTTL ($pttl) + GET ($get)"
