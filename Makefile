@@ -7,7 +7,7 @@ MODULE    := target/release/libredis_lock.so
 DEBS      := redis-server redis-tools libclang-dev
 PYTHON    ?= python3
 
-.PHONY: all build run test bench demo deps lint clean
+.PHONY: all build run test bench demo memcheck fuzz deps lint clean
 
 all: build
 
@@ -61,6 +61,21 @@ demo: build
 	$(CARGO) run --release -p redis-lock-client --example workers -- \
 	  --url redis://127.0.0.1:$(DEMO_PORT)/ --kill-one; \
 	  status=$$?; kill $$(cat /tmp/redis-lock-demo.pid); exit $$status
+
+# Every integration test with redis-server under valgrind memcheck; fails on any
+# memory error or definite leak. Slow: timing bounds in the tests widen under it.
+MEMCHECK_LOGS ?= target/memcheck
+memcheck: deps
+	@command -v valgrind >/dev/null || { echo "install valgrind: apt-get install valgrind"; exit 1; }
+	$(CARGO) build
+	rm -rf $(MEMCHECK_LOGS) && mkdir -p $(MEMCHECK_LOGS)
+	MEMCHECK_LOGS=$(CURDIR)/$(MEMCHECK_LOGS) REDIS_SERVER=$(CURDIR)/tests/memcheck/redis-server \
+	  $(CARGO) test --workspace --tests -- --test-threads=2
+	tests/memcheck/check-logs $(MEMCHECK_LOGS)
+
+# A million random argument vectors against a real server (tests/hostile.rs).
+fuzz: deps
+	HOSTILE_CALLS=1000000 $(CARGO) test --release --test hostile -- --nocapture
 
 # Benchmarks against plain Redis on a server of its own; writes bench/RESULTS.md.
 bench: deps

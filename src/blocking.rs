@@ -244,13 +244,16 @@ pub fn timed_out(handle: Blocked) {
 /// A waiter disconnected or was unblocked by CLIENT UNBLOCK: it leaves the queue.
 /// If it had just been granted the lock but never got the reply, the grant is taken
 /// back, so no lock is left with a client that never learned it holds it.
-pub fn left(ctx: Ctx, handle: Blocked) {
-    if with(|w| w.queues.remove(handle)).flatten().is_some() {
+/// Returns true if it was still waiting (Redis then needs its handle released).
+pub fn left(ctx: Ctx, handle: Blocked) -> bool {
+    let was_waiting = with(|w| w.queues.remove(handle)).flatten().is_some();
+    if was_waiting {
         STATS.waiters.decr();
     }
     if let Some((db, key, token)) = with(|w| w.in_flight.remove(&handle)).flatten() {
         ctx.start_timer(0, TimerJob::Undelivered { db, key, token });
     }
+    was_waiting
 }
 
 /// The reply of a woken waiter is being sent.

@@ -107,8 +107,9 @@ fn expiry_wakes_the_next_waiter_within_milliseconds() {
     assert!(token > held);
     let lateness = woken_at - expires_at;
     eprintln!("hand-off {lateness} ms after expiry");
+    let bound = if slow_server() { 2_000 } else { 100 };
     assert!(
-        (0..100).contains(&lateness),
+        (0..bound).contains(&lateness),
         "waiter woken {lateness} ms after the TTL lapsed"
     );
     assert_eq!(lock_stat(&mut con, "expirations"), 1);
@@ -389,4 +390,53 @@ fn a_grant_whose_client_vanished_before_the_reply_is_taken_back() {
     let token = second.join().unwrap().expect("second got the lock");
     let info = lock_info(&mut con, "job").unwrap();
     assert_eq!((info.owner.as_slice(), info.token), (&b"second"[..], token));
+}
+
+fn used_memory(con: &mut Connection) -> i64 {
+    info_field(con, "memory", "used_memory")
+        .and_then(|v| v.parse().ok())
+        .expect("used_memory")
+}
+
+/// 200 waiters that time out together (Redis checks module timeouts about every
+/// 100 ms, so one at a time would be slow), then 50 that disconnect.
+fn waiters_that_give_up(server: &Server, con: &mut Connection) {
+    let timing_out: Vec<_> = (0..200)
+        .map(|i| waiter(server, "job", &format!("w{i}"), 50))
+        .collect();
+    for w in timing_out {
+        assert_eq!(w.join().unwrap(), None);
+    }
+    for _ in 0..50 {
+        let mut socket = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        socket
+            .write_all(b"*6\r\n$12\r\nLOCK.ACQUIRE\r\n$3\r\njob\r\n$4\r\ngone\r\n$5\r\n30000\r\n$4\r\nWAIT\r\n$1\r\n0\r\n")
+            .unwrap();
+        wait_for_waiters(con, "job", 1);
+        drop(socket);
+        wait_for_waiters(con, "job", 0);
+    }
+    // Until the server has closed every waiter's connection.
+    wait_until(Duration::from_secs(10), || {
+        info_field(con, "clients", "connected_clients").as_deref() == Some("1")
+    });
+}
+
+#[test]
+fn waiters_that_time_out_or_vanish_leave_no_memory_behind() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire(&mut con, "job", "holder", 600_000).unwrap();
+    // The first round grows tables and caches to size; the second must not grow.
+    waiters_that_give_up(&server, &mut con);
+    let before = used_memory(&mut con);
+    waiters_that_give_up(&server, &mut con);
+    let grown = used_memory(&mut con) - before;
+    // A leaked blocked-client handle keeps ~17 KB (its reply client): 4 MB for 250.
+    assert!(
+        grown < 100_000,
+        "used_memory grew by {grown} bytes over 250 waiters"
+    );
+    assert_eq!(lock_stat(&mut con, "wait_timeouts"), 400);
+    assert_eq!(lock_stat(&mut con, "waiters"), 0);
 }

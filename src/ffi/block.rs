@@ -63,15 +63,23 @@ extern "C" fn timeout(
     _argc: c_int,
 ) -> c_int {
     let ctx = Ctx::new(ctx);
-    let _ = catch_unwind(AssertUnwindSafe(|| blocking::timed_out(handle_of(ctx))));
+    let handle = handle_of(ctx);
+    let _ = catch_unwind(AssertUnwindSafe(|| blocking::timed_out(handle)));
     ctx.reply_null();
+    // Redis frees the handle only once the module unblocks it, also after a timeout;
+    // the client is detached by then, so no second reply is sent.
+    call!(RedisModule_UnblockClient(handle.as_ptr(), ptr::null_mut()) else ERR);
     OK
 }
 
 extern "C" fn disconnected(ctx: *mut raw::RedisModuleCtx, bc: *mut raw::RedisModuleBlockedClient) {
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        blocking::left(Ctx::new(ctx), Blocked(bc as usize))
-    }));
+    let handle = Blocked(bc as usize);
+    let was_waiting = catch_unwind(AssertUnwindSafe(|| blocking::left(Ctx::new(ctx), handle)));
+    if was_waiting.unwrap_or(true) {
+        // Redis frees a handle blocked with RedisModule_BlockClient only when the
+        // module unblocks it, also after a disconnect; without a reply to send.
+        call!(RedisModule_UnblockClient(bc, ptr::null_mut()) else ERR);
+    }
 }
 
 extern "C" fn free_outcome(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {

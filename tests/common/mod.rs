@@ -185,9 +185,31 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// Asks the server to shut down (SIGTERM), so that a server under valgrind can
+    /// report leaks; kills it if it has not exited within the grace period.
     fn drop(&mut self) {
-        self.kill();
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(if slow_server() { 60 } else { 5 });
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
     }
+}
+
+/// True when the server runs under a slow harness (valgrind): tests widen their
+/// timing bounds.
+pub fn slow_server() -> bool {
+    std::env::var_os("MEMCHECK_LOGS").is_some()
 }
 
 fn spawn(dir: &Path, port: u16, config: &Config) -> Result<Child, String> {
@@ -216,7 +238,7 @@ fn spawn(dir: &Path, port: u16, config: &Config) -> Result<Child, String> {
         .stderr(Stdio::inherit())
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", server_binary()))?;
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(if slow_server() { 120 } else { 20 });
     let url = format!("redis://127.0.0.1:{port}/");
     while Instant::now() < deadline {
         if let Ok(Some(status)) = child.try_wait() {
@@ -224,7 +246,7 @@ fn spawn(dir: &Path, port: u16, config: &Config) -> Result<Child, String> {
             return Err(format!("exited with {status}; log:\n{log}"));
         }
         let ready = redis::Client::open(url.as_str())
-            .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(500)))
             .and_then(|mut con| redis::cmd("PING").query::<String>(&mut con));
         // PING answers LOADING while an AOF or RDB is still being read.
         if ready.is_ok() {
@@ -236,8 +258,10 @@ fn spawn(dir: &Path, port: u16, config: &Config) -> Result<Child, String> {
     Err("not answering PING after 20 s".into())
 }
 
-/// Polls `condition` every 10 ms until it holds; panics after `limit`.
+/// Polls `condition` every 10 ms until it holds; panics after `limit` (ten times
+/// that under valgrind).
 pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) {
+    let limit = if slow_server() { limit * 10 } else { limit };
     let deadline = Instant::now() + limit;
     while !condition() {
         assert!(
