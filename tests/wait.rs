@@ -427,16 +427,24 @@ fn waiters_that_time_out_or_vanish_leave_no_memory_behind() {
     let server = Server::start();
     let mut con = server.connection();
     acquire(&mut con, "job", "holder", 600_000).unwrap();
-    // The first round grows tables and caches to size; the second must not grow.
+    // The first rounds grow tables and caches to size; the last must not grow.
+    waiters_that_give_up(&server, &mut con);
     waiters_that_give_up(&server, &mut con);
     let before = used_memory(&mut con);
     waiters_that_give_up(&server, &mut con);
-    let grown = used_memory(&mut con) - before;
-    // A leaked blocked-client handle keeps ~17 KB (its reply client): 4 MB for 250.
+    // A leaked blocked-client handle keeps ~17 KB (its reply client): 2.7 MB for
+    // the disconnects alone, 7 MB for the timeouts, and never comes back. What
+    // Redis frees in its next event-loop passes comes back within moments.
+    let mut grown = 0;
+    let settled = (0..300).any(|_| {
+        grown = used_memory(&mut con) - before;
+        std::thread::sleep(Duration::from_millis(10));
+        grown < 500_000
+    });
     assert!(
-        grown < 100_000,
+        settled,
         "used_memory grew by {grown} bytes over 250 waiters"
     );
-    assert_eq!(lock_stat(&mut con, "wait_timeouts"), 400);
+    assert_eq!(lock_stat(&mut con, "wait_timeouts"), 600);
     assert_eq!(lock_stat(&mut con, "waiters"), 0);
 }
