@@ -14,7 +14,8 @@ use redis::aio::ConnectionLike;
 
 use crate::error::{is_connection_error, Error, Result};
 use crate::lock::{
-    extend_command, info_command, parse_info, release_command, Lock, LockInfo, Request,
+    extend_command, info_command, parse_info, release_command, wait_replicas_command, Lock,
+    LockInfo, Request,
 };
 use crate::renew::{self, LockLost};
 use crate::sync::Locked;
@@ -67,7 +68,18 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
             let mut attempt = 0;
             loop {
                 match command.query_async::<Option<i64>>(self).await {
-                    Ok(token) => return Ok(request.granted(token)),
+                    Ok(token) => {
+                        let granted = request.granted(token);
+                        let (Some(lock), Some(durable)) = (granted.clone(), request.durable) else {
+                            return Ok(granted);
+                        };
+                        let acked: i64 = wait_replicas_command(&durable).query_async(self).await?;
+                        if acked >= i64::from(durable.replicas) {
+                            return Ok(Some(lock));
+                        }
+                        self.release(&lock).await?;
+                        return Ok(None);
+                    }
                     Err(error)
                         if is_connection_error(&error) && attempt < request.retry.attempts =>
                     {

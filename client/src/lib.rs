@@ -10,6 +10,8 @@
 //!   signals [`LockLost`] the moment it is gone. [`Renewer`] does the same for threads.
 //! - A retried acquire is safe: the same owner gets the same token back, so the
 //!   client retries on connection errors instead of giving up.
+//! - [`Request::durable`] waits for replicas to acknowledge a grant; [`Redlock`]
+//!   holds one lock on a majority of independent servers.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -38,11 +40,13 @@
 mod aio;
 mod error;
 mod lock;
+mod redlock;
 mod renew;
 mod sync;
 
 pub use aio::{AsyncLockCommands, AsyncLockGuard};
 pub use error::{Error, Result};
-pub use lock::{Lock, LockInfo, Request, Retry};
+pub use lock::{Durable, Lock, LockInfo, Request, Retry};
+pub use redlock::{MultiLock, Redlock};
 pub use renew::{LockLost, Renewer};
 pub use sync::{LockCommands, LockGuard, Locked};

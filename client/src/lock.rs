@@ -62,6 +62,16 @@ pub struct Request {
     pub(crate) ttl: Duration,
     pub(crate) wait: Option<Duration>,
     pub(crate) retry: Retry,
+    pub(crate) durable: Option<Durable>,
+}
+
+/// How many replicas must acknowledge a grant, and how long to wait for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Durable {
+    /// Replicas that must have the grant.
+    pub replicas: u32,
+    /// How long Redis's `WAIT` may take to hear from them.
+    pub timeout: Duration,
 }
 
 impl Request {
@@ -73,7 +83,24 @@ impl Request {
             ttl,
             wait: None,
             retry: Retry::default(),
+            durable: None,
         }
+    }
+
+    /// Holds the lock only once `replicas` replicas acknowledge the grant (Redis's
+    /// `WAIT replicas timeout` after the acquire); otherwise releases it and answers
+    /// `None`, as if the lock were busy.
+    ///
+    /// Redis replication is asynchronous: a failover right after a grant can lose it,
+    /// and the promoted replica can then grant the same lock again. Waiting for the
+    /// replicas closes most of that window, at the price of a replication round trip
+    /// per acquire and of refusing locks while replicas lag. It does not make Redis
+    /// a consensus system: `WAIT` does not roll back a write the replicas missed, and
+    /// a failover may still pick a replica that has not acknowledged. Fencing tokens
+    /// remain the guard that holds.
+    pub fn durable(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.durable = Some(Durable { replicas, timeout });
+        self
     }
 
     /// How to retry when the connection fails before the reply arrives (default:
@@ -124,6 +151,13 @@ pub(crate) fn millis(d: Duration) -> u64 {
 /// Milliseconds of a WAIT timeout: 0 means no limit.
 pub(crate) fn wait_millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `WAIT replicas timeout`, sent after a durable grant.
+pub(crate) fn wait_replicas_command(durable: &Durable) -> Cmd {
+    let mut cmd = redis::cmd("WAIT");
+    cmd.arg(durable.replicas).arg(wait_millis(durable.timeout));
+    cmd
 }
 
 pub(crate) fn release_command(lock: &Lock) -> Cmd {

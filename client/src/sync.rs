@@ -7,7 +7,8 @@ use redis::ConnectionLike;
 
 use crate::error::{is_connection_error, Error, Result};
 use crate::lock::{
-    extend_command, info_command, parse_info, release_command, Lock, LockInfo, Request,
+    extend_command, info_command, parse_info, release_command, wait_replicas_command, Lock,
+    LockInfo, Request,
 };
 
 /// The lock commands, for every blocking connection. Import the trait and call them
@@ -46,7 +47,18 @@ pub trait LockCommands: ConnectionLike + Sized {
         let mut attempt = 0;
         loop {
             match command.query::<Option<i64>>(self) {
-                Ok(token) => return Ok(request.granted(token)),
+                Ok(token) => {
+                    let granted = request.granted(token);
+                    let (Some(lock), Some(durable)) = (granted.clone(), request.durable) else {
+                        return Ok(granted);
+                    };
+                    let acked: i64 = wait_replicas_command(&durable).query(self)?;
+                    if acked >= i64::from(durable.replicas) {
+                        return Ok(Some(lock));
+                    }
+                    self.release(&lock)?;
+                    return Ok(None);
+                }
                 Err(error) if is_connection_error(&error) && attempt < request.retry.attempts => {
                     std::thread::sleep(request.retry.delay(attempt));
                     attempt += 1;

@@ -368,3 +368,52 @@ async fn a_connection_manager_survives_a_server_restart() {
     assert_ne!(first.owner(), second.owner());
     assert!(con.release(&second).await.unwrap());
 }
+
+#[test]
+fn a_durable_acquire_waits_for_replicas_and_gives_up_without_them() {
+    let master = Server::start();
+    let replica = Server::start();
+    replica.replicate_from(&master);
+    let mut con = master.connection();
+    let lock = con
+        .acquire_with(Request::new("job", TTL).durable(1, Duration::from_secs(5)))
+        .unwrap()
+        .expect("one replica acknowledged");
+    let mut on_replica = replica.connection();
+    assert_eq!(
+        on_replica.lock_info("job").unwrap().unwrap().token,
+        lock.token()
+    );
+    con.release(&lock).unwrap();
+
+    let started = Instant::now();
+    let refused = con
+        .acquire_with(Request::new("job", TTL).durable(2, Duration::from_millis(200)))
+        .unwrap();
+    assert_eq!(refused, None, "only one replica exists");
+    assert!(started.elapsed() >= Duration::from_millis(190));
+    assert_eq!(
+        con.lock_info("job").unwrap(),
+        None,
+        "the unacknowledged grant was released"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_durable_acquire_waits_for_replicas() {
+    let master = Server::start();
+    let replica = Server::start();
+    replica.replicate_from(&master);
+    let mut con = async_con(&master).await;
+    let lock = con
+        .acquire_with(Request::new("job", TTL).durable(1, Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert!(lock.is_some());
+    let refused = con
+        .acquire_with(Request::new("other", TTL).durable(3, Duration::from_millis(100)))
+        .await
+        .unwrap();
+    assert_eq!(refused, None);
+    assert_eq!(con.lock_info("other").await.unwrap(), None);
+}

@@ -148,6 +148,24 @@ impl Server {
             .expect("RESP3 connection")
     }
 
+    /// Stops the server process (SIGSTOP): it keeps its connections but answers
+    /// nothing until [`Server::resume`].
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .args([signal, &child.id().to_string()])
+                .status();
+        }
+    }
+
     /// Kills the server with SIGKILL: no shutdown save, no goodbye.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -1,0 +1,123 @@
+//! Redlock over 3 and 5 independent servers, some of them down or slow.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Server;
+use redis_lock_client::{LockCommands, Redlock, Retry};
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn servers(n: usize) -> Vec<Server> {
+    (0..n).map(|_| Server::start()).collect()
+}
+
+fn manager(servers: &[Server]) -> Redlock {
+    Redlock::new(servers.iter().map(Server::client).collect()).retry(Retry::NONE)
+}
+
+/// How many servers hold `key` as `owner` now.
+fn holders(servers: &[Server], key: &str, owner: &str) -> usize {
+    servers
+        .iter()
+        .filter(|s| {
+            let mut con = s.connection();
+            con.lock_info(key)
+                .unwrap()
+                .is_some_and(|info| info.owner == owner.as_bytes())
+        })
+        .count()
+}
+
+#[test]
+fn five_servers_grant_with_two_down_and_not_with_three() {
+    let mut five = servers(5);
+    five[3].kill();
+    five[4].kill();
+    let mut first = manager(&five);
+    let lock = first
+        .acquire("job", TTL)
+        .unwrap()
+        .expect("3 of 5 is a majority");
+    assert_eq!(lock.tokens().iter().flatten().count(), 3);
+    assert!(lock.validity() > TTL / 2);
+    assert!(lock.fence() > 0);
+    let mut second = manager(&five);
+    assert_eq!(
+        second.acquire("job", TTL).unwrap(),
+        None,
+        "held by the first"
+    );
+    assert_eq!(
+        holders(&five[..3], "job", lock.owner()),
+        3,
+        "the loser released"
+    );
+    assert_eq!(first.release(&lock), 3);
+
+    five[2].kill();
+    let mut third = manager(&five);
+    assert_eq!(
+        third.acquire("job", TTL).unwrap(),
+        None,
+        "2 of 5 is not a majority"
+    );
+    let mut con = five[0].connection();
+    assert_eq!(
+        con.lock_info("job").unwrap(),
+        None,
+        "partial grants released"
+    );
+}
+
+#[test]
+fn three_servers_grant_with_one_slow_and_not_with_two() {
+    let three = servers(3);
+    three[2].pause();
+    let started = Instant::now();
+    let mut redlock = manager(&three).server_timeout(Duration::from_millis(100));
+    let lock = redlock
+        .acquire("job", TTL)
+        .unwrap()
+        .expect("2 of 3 answered");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the slow server was not waited on"
+    );
+    assert_eq!(lock.tokens()[2], None);
+    assert!(lock.validity() < TTL);
+    three[1].pause();
+    let mut other = manager(&three).server_timeout(Duration::from_millis(100));
+    assert_eq!(
+        other.acquire("other", TTL).unwrap(),
+        None,
+        "1 of 3 answered"
+    );
+    three[1].resume();
+    three[2].resume();
+    assert!(redlock.release(&lock) >= 2);
+}
+
+#[test]
+fn extend_keeps_a_majority_and_notices_its_loss() {
+    let three = servers(3);
+    let mut redlock = manager(&three);
+    let mut lock = redlock
+        .acquire("job", Duration::from_millis(500))
+        .unwrap()
+        .unwrap();
+    assert!(redlock.extend(&mut lock, TTL));
+    assert!(lock.validity() > Duration::from_secs(5));
+    for server in &three[..2] {
+        let _: i64 = redis::cmd("DEL")
+            .arg("job")
+            .query(&mut server.connection())
+            .unwrap();
+    }
+    assert!(
+        !redlock.extend(&mut lock, TTL),
+        "only one server still holds it"
+    );
+}
