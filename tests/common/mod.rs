@@ -108,8 +108,16 @@ impl Server {
     pub fn with(config: Config) -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut last_error = String::new();
-        for _ in 0..5 {
+        for _ in 0..20 {
             let port = portpicker::pick_unused_port().expect("a free port");
+            // A cluster node also listens on port + 10000 (the cluster bus).
+            let clustered = config
+                .settings
+                .iter()
+                .any(|(k, v)| k == "cluster-enabled" && v == "yes");
+            if clustered && (port > 55_000 || !port_free(port + 10_000)) {
+                continue;
+            }
             match spawn(dir.path(), port, &config) {
                 Ok(child) => {
                     return Server {
@@ -228,6 +236,10 @@ impl Drop for Server {
 /// timing bounds.
 pub fn slow_server() -> bool {
     std::env::var_os("MEMCHECK_LOGS").is_some()
+}
+
+fn port_free(port: u16) -> bool {
+    std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
 fn spawn(dir: &Path, port: u16, config: &Config) -> Result<Child, String> {
@@ -401,4 +413,89 @@ pub fn pttl(con: &mut Connection, key: &str) -> i64 {
 
 pub fn dbsize(con: &mut Connection) -> i64 {
     query(con, &["DBSIZE"]).expect("DBSIZE")
+}
+
+/// A Redis Cluster of `masters` nodes on loopback, each with the module, all slots
+/// assigned by `redis-cli --cluster create`.
+pub struct Cluster {
+    pub nodes: Vec<Server>,
+}
+
+impl Cluster {
+    pub fn start(masters: usize) -> Cluster {
+        let config = Config::default()
+            .set("cluster-enabled", "yes")
+            .set("cluster-config-file", "nodes.conf")
+            .set("cluster-node-timeout", "5000");
+        let nodes: Vec<Server> = (0..masters).map(|_| Server::with(config.clone())).collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let output = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            output.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        let cluster = Cluster { nodes };
+        cluster.wait_until_ok();
+        cluster
+    }
+
+    /// Waits until every node sees the cluster as ok and agrees on the slots.
+    pub fn wait_until_ok(&self) {
+        wait_until(Duration::from_secs(30), || {
+            self.nodes.iter().all(|node| {
+                let mut con = node.connection();
+                info_field_cluster(&mut con).as_deref() == Some("ok")
+            })
+        });
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(Server::url).collect()
+    }
+
+    /// The node id of node `i`.
+    pub fn id(&self, i: usize) -> String {
+        query(&mut self.nodes[i].connection(), &["CLUSTER", "MYID"]).expect("CLUSTER MYID")
+    }
+
+    pub fn slot(&self, key: &str) -> i64 {
+        query(
+            &mut self.nodes[0].connection(),
+            &["CLUSTER", "KEYSLOT", key],
+        )
+        .expect("KEYSLOT")
+    }
+
+    /// The index of the node that serves `key`.
+    pub fn owner_of(&self, key: &str) -> usize {
+        let slot = self.slot(key);
+        let slots: Vec<(i64, i64, Vec<redis::Value>)> =
+            query(&mut self.nodes[0].connection(), &["CLUSTER", "SLOTS"]).expect("CLUSTER SLOTS");
+        let port = slots
+            .iter()
+            .find(|(start, end, _)| (*start..=*end).contains(&slot))
+            .and_then(|(_, _, master)| master.get(1).cloned())
+            .and_then(|port| redis::from_redis_value::<u16>(port).ok())
+            .expect("a node serves every slot");
+        self.nodes
+            .iter()
+            .position(|n| n.port == port)
+            .expect("a known node")
+    }
+}
+
+fn info_field_cluster(con: &mut Connection) -> Option<String> {
+    let text: String = redis::cmd("CLUSTER").arg("INFO").query(con).ok()?;
+    text.lines()
+        .find_map(|line| line.trim_end().strip_prefix("cluster_state:"))
+        .map(str::to_string)
 }

@@ -1,0 +1,201 @@
+//! Locks in a real 3-master Redis Cluster: every slot, -MOVED, hash tags, redis-cli -c,
+//! the client crate on cluster connections, and a resharded slot carrying its locks.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{query, Cluster};
+use redis::cluster::ClusterClient;
+use redis::Value;
+use redis_lock_client::{AsyncLockCommands, LockCommands};
+
+const TTL: Duration = Duration::from_secs(60);
+
+#[test]
+fn locks_work_in_every_slot_through_a_cluster_connection() {
+    let cluster = Cluster::start(3);
+    let mut con = ClusterClient::new(cluster.urls())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut per_node = [0; 3];
+    for i in 0..60 {
+        let key = format!("job:{i}");
+        let lock = con.try_acquire(&key, TTL).unwrap().expect("free");
+        let node = cluster.owner_of(&key);
+        per_node[node] += 1;
+        let mut direct = cluster.nodes[node].connection();
+        let info = direct.lock_info(&key).unwrap().expect("held on its node");
+        assert_eq!(info.token, lock.token());
+        assert_eq!(con.try_acquire(&key, TTL).unwrap(), None);
+        assert!(con.release(&lock).unwrap());
+    }
+    assert!(
+        per_node.iter().all(|&n| n > 0),
+        "keys on every node: {per_node:?}"
+    );
+}
+
+#[test]
+fn a_wrong_node_answers_moved_and_redis_cli_c_follows_it() {
+    let cluster = Cluster::start(3);
+    let key = "report:daily";
+    let owner = cluster.owner_of(key);
+    let other = (owner + 1) % 3;
+    let mut wrong = cluster.nodes[other].connection();
+    for args in [
+        &["LOCK.ACQUIRE", key, "me", "1000"][..],
+        &["LOCK.RELEASE", key, "me"],
+        &["LOCK.EXTEND", key, "me", "1000"],
+        &["LOCK.INFO", key],
+    ] {
+        let error = query::<Value>(&mut wrong, args).unwrap_err();
+        assert_eq!(error.code(), Some("MOVED"), "{args:?}: {error}");
+    }
+    let output = Command::new("redis-cli")
+        .args(["-c", "-p", &cluster.nodes[other].port.to_string()])
+        .args(["LOCK.ACQUIRE", key, "me", "60000"])
+        .output()
+        .unwrap();
+    let token: i64 = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    let mut right = cluster.nodes[owner].connection();
+    assert_eq!(right.lock_info(key).unwrap().unwrap().token, token);
+}
+
+#[test]
+fn hash_tags_keep_locks_in_one_slot() {
+    let cluster = Cluster::start(3);
+    let (a, b) = ("{payments}:refunds", "{payments}:payouts");
+    assert_eq!(cluster.slot(a), cluster.slot(b));
+    let node = cluster.owner_of(a);
+    let mut con = cluster.nodes[node].connection();
+    let (ta, tb): (i64, i64) = redis::pipe()
+        .atomic()
+        .cmd("LOCK.ACQUIRE")
+        .arg(a)
+        .arg("me")
+        .arg(10_000)
+        .cmd("LOCK.ACQUIRE")
+        .arg(b)
+        .arg("me")
+        .arg(10_000)
+        .query(&mut con)
+        .unwrap();
+    assert!(tb > ta);
+    let cross = redis::pipe()
+        .atomic()
+        .cmd("LOCK.ACQUIRE")
+        .arg(a)
+        .arg("me")
+        .arg(10_000)
+        .cmd("LOCK.ACQUIRE")
+        .arg("elsewhere:{x}")
+        .arg("me")
+        .arg(10_000)
+        .query::<Value>(&mut con);
+    if cluster.slot("elsewhere:{x}") != cluster.slot(a) {
+        let error = cross.unwrap_err();
+        assert!(
+            matches!(
+                error.code(),
+                Some("CROSSSLOT") | Some("MOVED") | Some("EXECABORT")
+            ),
+            "{error}"
+        );
+    }
+}
+
+#[test]
+fn resharding_a_slot_carries_held_locks_with_owner_ttl_and_token() {
+    let cluster = Cluster::start(3);
+    let key = "job:reshard";
+    let slot = cluster.slot(key).to_string();
+    let from = cluster.owner_of(key);
+    let to = (from + 1) % 3;
+    let (from_id, to_id) = (cluster.id(from), cluster.id(to));
+    let mut source = cluster.nodes[from].connection();
+    let mut target = cluster.nodes[to].connection();
+    // A token far above any clock-derived one: only the migrated key can carry it.
+    let high = 100_000_000_000_000_000_i64;
+    let (secs, _): (i64, i64) = query(&mut source, &["TIME"]).unwrap();
+    let at = (secs + 60) * 1000;
+    let _: () = query(
+        &mut source,
+        &[
+            "LOCK.APPLY",
+            key,
+            "owner-1",
+            &high.to_string(),
+            "PXAT",
+            &at.to_string(),
+        ],
+    )
+    .unwrap();
+
+    let _: () = query(
+        &mut target,
+        &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id],
+    )
+    .unwrap();
+    let _: () = query(
+        &mut source,
+        &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id],
+    )
+    .unwrap();
+    let port = cluster.nodes[to].port.to_string();
+    let _: String = query(
+        &mut source,
+        &["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS", key],
+    )
+    .unwrap();
+    for node in &cluster.nodes {
+        let _: () = query(
+            &mut node.connection(),
+            &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id],
+        )
+        .unwrap();
+    }
+    cluster.wait_until_ok();
+    assert_eq!(cluster.owner_of(key), to);
+
+    let info = target.lock_info(key).unwrap().expect("the lock moved");
+    assert_eq!((info.owner.as_slice(), info.token), (&b"owner-1"[..], high));
+    let moved_at: i64 = query(&mut target, &["PEXPIRETIME", key]).unwrap();
+    assert_eq!(moved_at, at, "same absolute expiry");
+    let mut con = ClusterClient::new(cluster.urls())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let released: i64 = redis::cmd("LOCK.RELEASE")
+        .arg(key)
+        .arg("owner-1")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(released, 1);
+    let next = con.try_acquire(key, TTL).unwrap().unwrap();
+    assert!(next.token() > high, "{} after {high}", next.token());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_async_client_works_on_a_cluster_connection() {
+    let cluster = Cluster::start(3);
+    let mut con = ClusterClient::new(cluster.urls())
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap();
+    for i in 0..20 {
+        let key = format!("task:{i}");
+        let lock = con.try_acquire(&key, TTL).await.unwrap().unwrap();
+        assert!(con.extend(&lock, TTL * 2).await.unwrap());
+        let info = con.lock_info(&key).await.unwrap().unwrap();
+        assert_eq!(info.token, lock.token());
+        assert!(con.release(&lock).await.unwrap());
+    }
+}
