@@ -167,7 +167,8 @@ fn resharding_a_slot_carries_held_locks_with_owner_ttl_and_token() {
     let info = target.lock_info(key).unwrap().expect("the lock moved");
     assert_eq!((info.owner.as_slice(), info.token), (&b"owner-1"[..], high));
     let moved_at: i64 = query(&mut target, &["PEXPIRETIME", key]).unwrap();
-    assert_eq!(moved_at, at, "same absolute expiry");
+    // MIGRATE carries the TTL as time left, so the expiry may move by the transfer.
+    assert!((moved_at - at).abs() < 100, "expiry {moved_at}, was {at}");
     let mut con = ClusterClient::new(cluster.urls())
         .unwrap()
         .get_connection()

@@ -14,6 +14,7 @@ pub const COMMAND: Command = Command {
     // Not `fast`: with WAIT it may block, as BLPOP does.
     flags: c"write deny-oom blocking",
     arity: -4,
+    acl_categories: c"write blocking",
     key_access: KeyAccess::ReadWrite,
     summary: c"Takes the lock at key for owner with a TTL and replies with its fencing token; null while another owner holds it, or with WAIT, queues until it frees.",
     handler: acquire,

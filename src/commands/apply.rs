@@ -12,8 +12,11 @@ use crate::state::MINT;
 
 pub const COMMAND: Command = Command {
     name: c"lock.apply",
-    flags: c"write deny-oom",
+    // `admin`: it sets any owner and token, as RESTORE sets any value; the
+    // replication stream and AOF loading run it whatever the ACLs say.
+    flags: c"write deny-oom admin",
     arity: -4,
+    acl_categories: c"write admin dangerous",
     key_access: KeyAccess::Overwrite,
     summary:
         c"Stores a lock with the given owner, token and absolute expiry (replication and AOF).",

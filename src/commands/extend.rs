@@ -12,6 +12,7 @@ pub const COMMAND: Command = Command {
     name: c"lock.extend",
     flags: c"write deny-oom fast",
     arity: 4,
+    acl_categories: c"write fast",
     key_access: KeyAccess::ReadWrite,
     summary: c"Sets the remaining TTL of the lock at key if owner holds it: 1, else 0. Never re-creates an expired lock.",
     handler: extend,

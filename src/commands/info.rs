@@ -9,6 +9,7 @@ pub const COMMAND: Command = Command {
     name: c"lock.info",
     flags: c"readonly fast",
     arity: 2,
+    acl_categories: c"read fast",
     key_access: KeyAccess::Read,
     summary: c"Describes the lock at key (owner, ttl, token, waiters), or null when it is free.",
     handler: info,

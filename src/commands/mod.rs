@@ -23,6 +23,8 @@ pub struct Command {
     /// Redis arity: exact count, or negative for "at least".
     pub arity: i32,
     pub key_access: KeyAccess,
+    /// ACL categories, set where Redis lets modules set them (7.2 and later).
+    pub acl_categories: &'static std::ffi::CStr,
     pub summary: &'static std::ffi::CStr,
     pub handler: fn(Ctx, &Args) -> Reply,
 }

@@ -13,6 +13,7 @@ pub const COMMAND: Command = Command {
     name: c"lock.release",
     flags: c"write deny-oom fast",
     arity: 3,
+    acl_categories: c"write fast",
     key_access: KeyAccess::ReadWrite,
     summary: c"Deletes the lock at key if owner holds it: 1, else 0.",
     handler: release,

@@ -108,6 +108,18 @@ pub fn register(ctx: Ctx) -> Result<(), String> {
         if call!(RedisModule_SetCommandInfo(handle, &info) else super::ERR) != OK {
             return Err(format!("could not set the key spec of {name}"));
         }
+        // Redis 7.0 has no way for a module to put its commands in ACL categories;
+        // 7.2 and later do, and then `-@admin` also denies LOCK.APPLY.
+        if unsafe { raw::RedisModule_SetCommandACLCategories }.is_some() {
+            let categories = command.acl_categories.as_ptr();
+            if call!(RedisModule_SetCommandACLCategories(handle, categories) else super::ERR) != OK
+            {
+                redis_module::raw::redis_log(
+                    ctx.raw(),
+                    &format!("lock module: could not set the ACL categories of {name}"),
+                );
+            }
+        }
     }
     Ok(())
 }
