@@ -7,7 +7,7 @@ MODULE    := target/release/libredis_lock.so
 DEBS      := redis-server redis-tools libclang-dev
 PYTHON    ?= python3
 
-.PHONY: all build run test bench demo memcheck fuzz deps lint clean
+.PHONY: all build run test bench demo memcheck fuzz torture deps lint clean
 
 all: build
 
@@ -72,6 +72,12 @@ memcheck: deps
 	MEMCHECK_LOGS=$(CURDIR)/$(MEMCHECK_LOGS) REDIS_SERVER=$(CURDIR)/tests/memcheck/redis-server \
 	  $(CARGO) test --workspace --tests -- --test-threads=2
 	tests/memcheck/check-logs $(MEMCHECK_LOGS)
+
+# Worker processes, killed workers, killed servers, paused holders (torture/).
+TORTURE_SECONDS ?= 60
+torture: build
+	$(CARGO) run --release -p lock-torture -- run --seconds $(TORTURE_SECONDS) \
+	  --module $(CURDIR)/$(MODULE)
 
 # A million random argument vectors against a real server (tests/hostile.rs).
 fuzz: deps

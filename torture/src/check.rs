@@ -1,0 +1,199 @@
+//! The checker: reads every worker's records and proves, per key, that no two
+//! holders held the lock at once and that tokens increase in the order holders held.
+//!
+//! Each holding is reduced to the interval in which its holder *certainly* held the
+//! lock: from the moment it received the grant to the earlier of the end of its work
+//! and the lower bound of the lock's expiry. Any overlap of two such intervals is a
+//! real violation, whatever the clocks or pauses did.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+/// One holding of one lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holding {
+    pub token: i64,
+    pub granted: i128,
+    pub expires: i128,
+    pub ended: Option<i128>,
+    pub accepted: Option<bool>,
+}
+
+impl Holding {
+    /// The interval in which the lock was certainly held.
+    pub fn held(&self) -> (i128, i128) {
+        let end = self.ended.map_or(self.expires, |e| e.min(self.expires));
+        (self.granted, end.max(self.granted))
+    }
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub grants: usize,
+    pub completed: usize,
+    pub accepted_writes: usize,
+    pub rejected_writes: usize,
+    pub overlaps: Vec<String>,
+    pub token_regressions: Vec<String>,
+    pub duplicate_tokens: Vec<String>,
+}
+
+/// Every holding, per key, and the tokens granted twice for one key.
+#[derive(Debug, Default)]
+pub struct Records {
+    pub by_key: HashMap<String, Vec<Holding>>,
+    pub duplicate_tokens: Vec<String>,
+}
+
+/// Reads `GRANT`/`END` records from every `*.log` in `dir`.
+pub fn read(dir: &Path) -> std::io::Result<Records> {
+    let mut by_key: HashMap<String, HashMap<i64, Holding>> = HashMap::new();
+    let mut duplicate_tokens = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_none_or(|e| e != "log") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)?;
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            match fields.as_slice() {
+                ["GRANT", key, token, granted, expires] => {
+                    let (Ok(token), Ok(granted), Ok(expires)) =
+                        (token.parse(), granted.parse(), expires.parse())
+                    else {
+                        continue;
+                    };
+                    let holding = Holding {
+                        token,
+                        granted,
+                        expires,
+                        ended: None,
+                        accepted: None,
+                    };
+                    let holdings = by_key.entry(key.to_string()).or_default();
+                    if holdings.insert(token, holding).is_some() {
+                        duplicate_tokens.push(format!("{key}: token {token} granted twice"));
+                    }
+                }
+                ["END", key, token, ended, accepted] => {
+                    let (Ok(token), Ok(ended)) = (token.parse::<i64>(), ended.parse()) else {
+                        continue;
+                    };
+                    if let Some(h) = by_key.get_mut(*key).and_then(|m| m.get_mut(&token)) {
+                        h.ended = Some(ended);
+                        h.accepted = Some(*accepted == "1");
+                    }
+                }
+                _ => {} // a line cut short by SIGKILL
+            }
+        }
+    }
+    Ok(Records {
+        by_key: by_key
+            .into_iter()
+            .map(|(k, m)| (k, m.into_values().collect()))
+            .collect(),
+        duplicate_tokens,
+    })
+}
+
+/// Checks every key's holdings.
+pub fn check(records: &Records) -> Report {
+    let mut report = Report {
+        duplicate_tokens: records.duplicate_tokens.clone(),
+        ..Report::default()
+    };
+    for (key, holdings) in &records.by_key {
+        report.grants += holdings.len();
+        report.completed += holdings.iter().filter(|h| h.ended.is_some()).count();
+        report.accepted_writes += holdings.iter().filter(|h| h.accepted == Some(true)).count();
+        report.rejected_writes += holdings
+            .iter()
+            .filter(|h| h.accepted == Some(false))
+            .count();
+        let mut sorted: Vec<&Holding> = holdings.iter().collect();
+        sorted.sort_by_key(|h| h.held().0);
+        for (i, a) in sorted.iter().enumerate() {
+            let (a_start, a_end) = a.held();
+            for b in &sorted[i + 1..] {
+                let (b_start, b_end) = b.held();
+                if b_start < a_end && a_start < a_end && b_start < b_end {
+                    report.overlaps.push(format!(
+                        "{key}: token {} held until {a_end}, token {} from {b_start}",
+                        a.token, b.token
+                    ));
+                }
+                if a_end <= b_start && a.token >= b.token {
+                    report.token_regressions.push(format!(
+                        "{key}: token {} held before token {}",
+                        a.token, b.token
+                    ));
+                }
+            }
+        }
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holding(token: i64, granted: i128, expires: i128, ended: Option<i128>) -> Holding {
+        Holding {
+            token,
+            granted,
+            expires,
+            ended,
+            accepted: Some(true),
+        }
+    }
+
+    fn one_key(holdings: Vec<Holding>) -> Records {
+        Records {
+            by_key: HashMap::from([("k".to_string(), holdings)]),
+            duplicate_tokens: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn sequential_holdings_pass() {
+        let report = check(&one_key(vec![
+            holding(1, 0, 100, Some(10)),
+            holding(2, 20, 120, Some(30)),
+            holding(3, 40, 140, None), // killed: held until expiry
+            holding(4, 150, 250, Some(160)),
+        ]));
+        assert!(report.overlaps.is_empty(), "{report:?}");
+        assert!(report.token_regressions.is_empty(), "{report:?}");
+        assert_eq!((report.grants, report.completed), (4, 3));
+    }
+
+    #[test]
+    fn a_grant_before_the_previous_expiry_is_an_overlap() {
+        let report = check(&one_key(vec![
+            holding(1, 0, 100, None),
+            holding(2, 50, 150, Some(60)),
+        ]));
+        assert_eq!(report.overlaps.len(), 1);
+    }
+
+    #[test]
+    fn a_paused_holder_only_counts_until_its_expiry() {
+        let report = check(&one_key(vec![
+            holding(1, 0, 100, Some(500)), // paused past its TTL
+            holding(2, 110, 210, Some(120)),
+        ]));
+        assert!(report.overlaps.is_empty(), "{report:?}");
+    }
+
+    #[test]
+    fn a_smaller_token_after_a_larger_one_is_a_regression() {
+        let report = check(&one_key(vec![
+            holding(5, 0, 100, Some(10)),
+            holding(3, 20, 120, Some(30)),
+        ]));
+        assert_eq!(report.token_regressions.len(), 1);
+    }
+}

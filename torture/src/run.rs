@@ -1,0 +1,274 @@
+//! The torture run: servers, workers, faults, then the checker's verdict.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+
+use crate::{check, now_ns, record_file};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Options {
+    /// Worker processes.
+    #[arg(long, default_value_t = 16)]
+    pub workers: usize,
+    /// Locks they contend for.
+    #[arg(long, default_value_t = 4)]
+    pub keys: usize,
+    #[arg(long, default_value_t = 300)]
+    pub ttl_ms: u64,
+    #[arg(long, default_value_t = 20.0)]
+    pub seconds: f64,
+    /// Time between injected faults.
+    #[arg(long, default_value_t = 1000)]
+    pub fault_every_ms: u64,
+    /// The module to load (default: the workspace's debug build).
+    #[arg(long)]
+    pub module: Option<PathBuf>,
+    /// The redis-server binary.
+    #[arg(long, default_value = "redis-server")]
+    pub redis_server: String,
+}
+
+/// A redis-server process with a fixed port and directory, restartable.
+struct RedisProcess {
+    binary: String,
+    args: Vec<String>,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl RedisProcess {
+    fn start(binary: &str, dir: &Path, extra: &[String]) -> RedisProcess {
+        let port = portpicker::pick_unused_port().expect("a free port");
+        let mut args: Vec<String> = [
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            &dir.display().to_string(),
+            "--save",
+            "",
+            "--logfile",
+            "redis.log",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend_from_slice(extra);
+        let mut process = RedisProcess {
+            binary: binary.into(),
+            args,
+            port,
+            child: None,
+        };
+        process.spawn();
+        process
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(&self.binary)
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        self.child = Some(child);
+        let url = format!("redis://127.0.0.1:{}/", self.port);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let up = redis::Client::open(url.as_str())
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+            if up.is_ok() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server on port {} did not start", self.port);
+    }
+
+    /// SIGKILL, then start again on the same port and directory (AOF replayed).
+    fn kill_and_restart(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.spawn();
+    }
+}
+
+impl Drop for RedisProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn signal(child: &Child, signal: &str) {
+    let _ = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status();
+}
+
+fn default_module() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = manifest.parent().unwrap_or(manifest);
+    root.join("target").join("debug").join("libredis_lock.so")
+}
+
+pub fn run(options: Options) -> i32 {
+    let module = options.module.clone().unwrap_or_else(default_module);
+    if !module.exists() {
+        eprintln!(
+            "torture: no module at {} (cargo build first)",
+            module.display()
+        );
+        return 2;
+    }
+    let work_dir = tempfile::tempdir().expect("a temp dir");
+    let (lock_dir, resource_dir, records) = (
+        work_dir.path().join("locks"),
+        work_dir.path().join("resource"),
+        work_dir.path().join("records"),
+    );
+    for dir in [&lock_dir, &resource_dir, &records] {
+        std::fs::create_dir_all(dir).expect("dirs");
+    }
+    let lock_args: Vec<String> = [
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--loadmodule",
+        &module.display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut locks = RedisProcess::start(&options.redis_server, &lock_dir, &lock_args);
+    let resource = RedisProcess::start(&options.redis_server, &resource_dir, &[]);
+
+    let until = now_ns() + (options.seconds * 1e9) as i128;
+    let (lock_port, resource_port) = (locks.port.to_string(), resource.port.to_string());
+    let generation = AtomicUsize::new(0);
+    let exe = std::env::current_exe().expect("own path");
+    let spawn_worker = |id: usize| -> Child {
+        let g = generation.fetch_add(1, Ordering::Relaxed);
+        Command::new(&exe)
+            .arg("worker")
+            .args(["--lock-port", &lock_port])
+            .args(["--resource-port", &resource_port])
+            .args(["--keys", &options.keys.to_string()])
+            .args(["--ttl-ms", &options.ttl_ms.to_string()])
+            .args(["--until-ns", &until.to_string()])
+            .arg("--out")
+            .arg(record_file(&records, id, g))
+            .spawn()
+            .expect("worker process")
+    };
+    let mut workers: Vec<Child> = (0..options.workers).map(&spawn_worker).collect();
+
+    let (mut kills, mut restarts, mut pauses) = (0, 0, 0);
+    let paused: Arc<AtomicUsize> = Arc::new(AtomicUsize::new(0));
+    let mut rng = rand::thread_rng();
+    let started = Instant::now();
+    let fault_every = Duration::from_millis(options.fault_every_ms);
+    let mut next_fault = started + fault_every;
+    while now_ns() < until - (options.ttl_ms as i128 * 3_000_000) {
+        thread::sleep(Duration::from_millis(10));
+        if Instant::now() < next_fault {
+            continue;
+        }
+        next_fault += fault_every;
+        let victim = rng.gen_range(0..workers.len());
+        match rng.gen_range(0..3) {
+            0 => {
+                // A worker dies mid-whatever; its locks must free at TTL, not before.
+                let _ = workers[victim].kill();
+                let _ = workers[victim].wait();
+                workers[victim] = spawn_worker(victim);
+                kills += 1;
+            }
+            1 => {
+                // The lock server dies; AOF (fsync always) brings every grant back.
+                locks.kill_and_restart();
+                restarts += 1;
+            }
+            _ => {
+                // A holder freezes past its TTL; its late write must be fenced off.
+                let child = &workers[victim];
+                signal(child, "-STOP");
+                let pid = child.id().to_string();
+                let pause = Duration::from_millis(options.ttl_ms * 2);
+                let count = Arc::clone(&paused);
+                count.fetch_add(1, Ordering::Relaxed);
+                thread::spawn(move || {
+                    thread::sleep(pause);
+                    let _ = Command::new("kill").args(["-CONT", &pid]).status();
+                    count.fetch_sub(1, Ordering::Relaxed);
+                });
+                pauses += 1;
+            }
+        }
+    }
+    while paused.load(Ordering::Relaxed) > 0 {
+        thread::sleep(Duration::from_millis(10));
+    }
+    for mut worker in workers {
+        let _ = worker.wait();
+    }
+    drop(locks);
+    drop(resource);
+
+    let report = match check::read(&records) {
+        Ok(records) => check::check(&records),
+        Err(error) => {
+            eprintln!("torture: cannot read records: {error}");
+            return 2;
+        }
+    };
+    println!(
+        "torture: {} workers, {} locks, TTL {} ms, {:.0} s",
+        options.workers, options.keys, options.ttl_ms, options.seconds
+    );
+    println!("  locks granted:          {}", report.grants);
+    println!("  holdings completed:     {}", report.completed);
+    println!("  writes accepted:        {}", report.accepted_writes);
+    println!("  stale writes rejected:  {}", report.rejected_writes);
+    println!("  faults injected:        {kills} workers killed, {restarts} server restarts, {pauses} holders paused");
+    println!("  overlaps found:         {}", report.overlaps.len());
+    println!(
+        "  token regressions:      {}",
+        report.token_regressions.len()
+    );
+    println!(
+        "  tokens granted twice:   {}",
+        report.duplicate_tokens.len()
+    );
+    for problem in report
+        .overlaps
+        .iter()
+        .chain(&report.token_regressions)
+        .chain(&report.duplicate_tokens)
+        .take(20)
+    {
+        println!("  ! {problem}");
+    }
+    let clean = report.overlaps.is_empty()
+        && report.token_regressions.is_empty()
+        && report.duplicate_tokens.is_empty();
+    if clean && report.grants > 0 {
+        println!("torture: ok");
+        0
+    } else {
+        println!("torture: FAILED");
+        1
+    }
+}

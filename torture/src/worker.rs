@@ -1,0 +1,127 @@
+//! One worker process: takes random locks, records each holding, writes to the
+//! resource with its fencing token.
+//!
+//! Records (one line each, written before the next step, so a killed worker leaves
+//! what it did):
+//! - `GRANT key token t_granted t_expires`: the lock was ours from `t_granted` (reply
+//!   received) to at least `t_expires` (a lower bound of its expiry, from LOCK.INFO);
+//! - `END key token t_end accepted`: the work ended at `t_end`, its write was
+//!   accepted (1) or rejected as stale (0).
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rand::Rng;
+use redis::{Connection, Script};
+use redis_lock_client::{LockCommands, Request, Retry};
+
+use crate::now_ns;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Options {
+    #[arg(long)]
+    pub lock_port: u16,
+    #[arg(long)]
+    pub resource_port: u16,
+    #[arg(long)]
+    pub keys: usize,
+    #[arg(long)]
+    pub ttl_ms: u64,
+    /// Stop taking locks at this wall-clock time (ns since the epoch).
+    #[arg(long)]
+    pub until_ns: i128,
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// Stores `token` for the key only if it is greater than the stored one.
+pub const FENCED_WRITE: &str = r#"
+local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) <= fence then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+"#;
+
+fn connect(port: u16) -> Option<Connection> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+    let con = client
+        .get_connection_with_timeout(Duration::from_millis(500))
+        .ok()?;
+    con.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    Some(con)
+}
+
+/// One holding: acquire, record, work, write, record, release. `None` on a
+/// connection problem (the caller reconnects).
+fn hold_once(
+    options: &Options,
+    locks: &mut Connection,
+    resource: &mut Connection,
+    out: &mut std::fs::File,
+    rng: &mut impl Rng,
+) -> Option<()> {
+    let key = format!("torture:{}", rng.gen_range(0..options.keys));
+    let ttl = Duration::from_millis(options.ttl_ms);
+    let request = Request::new(key.clone(), ttl)
+        .wait(ttl * 2)
+        .retry(Retry::NONE);
+    let Some(lock) = locks.acquire_with(request).ok()? else {
+        return Some(());
+    };
+    let granted = now_ns();
+    let info_sent = now_ns();
+    let info = locks.lock_info(&key).ok()?;
+    // Ours until at least (INFO sent + TTL it reported); nothing if it is not ours.
+    let expires = match info {
+        Some(info) if info.owner == lock.owner().as_bytes() && info.token == lock.token() => {
+            info_sent + info.ttl.map_or(0, |t| t.as_nanos() as i128)
+        }
+        _ => granted,
+    };
+    writeln!(out, "GRANT {key} {} {granted} {expires}", lock.token()).ok()?;
+    std::thread::sleep(Duration::from_millis(
+        rng.gen_range(1..=options.ttl_ms / 10 + 1),
+    ));
+    let accepted: i64 = Script::new(FENCED_WRITE)
+        .key(format!("resource:{key}"))
+        .arg(lock.token())
+        .invoke(resource)
+        .ok()?;
+    writeln!(out, "END {key} {} {} {accepted}", lock.token(), now_ns()).ok()?;
+    locks.release(&lock).ok()?;
+    Some(())
+}
+
+pub fn work(options: Options) -> i32 {
+    let Ok(mut out) = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&options.out)
+    else {
+        eprintln!("worker: cannot open {}", options.out.display());
+        return 2;
+    };
+    let mut rng = rand::thread_rng();
+    let (mut locks, mut resource) = (None, None);
+    while now_ns() < options.until_ns {
+        if locks.is_none() {
+            locks = connect(options.lock_port);
+        }
+        if resource.is_none() {
+            resource = connect(options.resource_port);
+        }
+        let done = match (locks.as_mut(), resource.as_mut()) {
+            (Some(l), Some(r)) => hold_once(&options, l, r, &mut out, &mut rng),
+            _ => None,
+        };
+        if done.is_none() {
+            // The lock server may be restarting: reconnect after a pause.
+            locks = None;
+            resource = None;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    0
+}
