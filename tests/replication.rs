@@ -132,3 +132,27 @@ fn a_full_sync_carries_the_high_water_mark() {
     assert_eq!(lock_stat(&mut r, "last_token"), token);
     assert_eq!(lock_info(&mut r, "held").unwrap().token, token);
 }
+
+#[test]
+fn a_coordinated_failover_keeps_tokens_increasing() {
+    let (master, replica) = pair();
+    let (mut m, mut r) = (master.connection(), replica.connection());
+    let high = 100_000_000_000_000_000_i64;
+    let _: () = query(&mut m, &["LOCK.APPLY", "job", "a", &high.to_string()]).unwrap();
+    let held = acquire(&mut m, "other", "a", 60_000).unwrap();
+    // FAILOVER: the master pauses writes, waits for the replica, and swaps roles.
+    let _: () = query(&mut m, &["FAILOVER", "TIMEOUT", "5000"]).unwrap();
+    wait_until(Duration::from_secs(20), || {
+        info_field(&mut r, "replication", "role").as_deref() == Some("master")
+    });
+    assert_eq!(lock_info(&mut r, "other").unwrap().token, held);
+    assert_eq!(release(&mut r, "job", "a"), 1);
+    let next = acquire(&mut r, "job", "b", 60_000).unwrap();
+    assert!(next > held && next > high, "{next}");
+    let error = query::<redis::Value>(&mut m, &["LOCK.ACQUIRE", "x", "a", "100"]).unwrap_err();
+    assert_eq!(
+        error.code(),
+        Some("READONLY"),
+        "the old master is a replica now"
+    );
+}
