@@ -79,8 +79,17 @@ torture: build
 	$(CARGO) run --release -p lock-torture -- run --seconds $(TORTURE_SECONDS) \
 	  --module $(CURDIR)/$(MODULE)
 
-# A million random argument vectors against a real server (tests/hostile.rs).
+# Hostile input: the cargo-fuzz targets in fuzz/ (argument parsing, waiter queues,
+# lock rules and tokens; FUZZ_SECONDS each, with AddressSanitizer), then a million
+# random argument vectors against a real server (tests/hostile.rs). cargo-fuzz's
+# sanitizer flags need RUSTC_BOOTSTRAP on a stable toolchain.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := args queue rules
 fuzz: deps
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz
+	for target in $(FUZZ_TARGETS); do \
+	  RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run -O $$target -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+	done
 	HOSTILE_CALLS=1000000 $(CARGO) test --release --test hostile -- --nocapture
 
 # Benchmarks against plain Redis on a server of its own; writes bench/RESULTS.md.

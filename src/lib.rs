@@ -21,10 +21,11 @@ use redis_module::{configuration::ConfigurationFlags, redis_module, Context, Red
 use crate::ffi::datatype::LOCK_TYPE;
 use crate::state::{DEFAULT_MAX_OWNER_LEN, MAX_OWNER_LEN, MAX_TTL};
 
-// The Redis allocator is only there inside redis-server; unit tests use the system's.
-#[cfg(not(test))]
+// The Redis allocator is only there inside redis-server; unit tests and fuzz targets
+// use the system's.
+#[cfg(not(any(test, fuzzing)))]
 use redis_module::alloc::RedisAlloc as ModuleAllocator;
-#[cfg(test)]
+#[cfg(any(test, fuzzing))]
 use std::alloc::System as ModuleAllocator;
 
 /// Largest `lock.max-owner-len` accepted: owners are ids, not payloads.
