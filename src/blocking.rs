@@ -227,7 +227,8 @@ pub fn key_removed(db: i32, key: &[u8]) {
     }
 }
 
-/// FLUSHDB (`Some(db)`) or FLUSHALL (`None`) emptied databases.
+/// FLUSHDB (`Some(db)`) or FLUSHALL (`None`) emptied databases, or SWAPDB swapped
+/// one (`Some(db)`).
 pub fn flushed(db: Option<i32>) {
     let keys = with(|w| w.queues.keys(db)).unwrap_or_default();
     mark(keys);

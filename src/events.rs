@@ -30,6 +30,16 @@ pub fn lock_unlinked(db: i32, key: &[u8]) {
     blocking::key_removed(db, key);
 }
 
+/// The module itself removed the lock it was told about (a release): no expiry
+/// event will follow for it.
+pub fn forget_unlinked() {
+    UNLINKED.with(|cell| {
+        if let Ok(mut unlinked) = cell.try_borrow_mut() {
+            unlinked.0 = false;
+        }
+    });
+}
+
 /// True once, right after the lock at `key` was unlinked.
 fn take_unlinked(key: &[u8]) -> bool {
     UNLINKED.with(|cell| match cell.try_borrow_mut() {

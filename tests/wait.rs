@@ -78,6 +78,13 @@ fn a_waiter_gets_the_lock_when_the_key_is_renamed_away() {
 }
 
 #[test]
+fn a_waiter_gets_the_lock_when_swapdb_empties_its_database() {
+    hand_off_on(|con| {
+        let _: () = query(con, &["SWAPDB", "0", "1"]).unwrap();
+    });
+}
+
+#[test]
 fn a_waiter_gets_the_lock_on_flushall() {
     hand_off_on(|con| {
         let _: () = query(con, &["FLUSHALL"]).unwrap();

@@ -3,6 +3,7 @@
 use super::args::parse_owner;
 use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
 use crate::blocking;
+use crate::events;
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Args, Ctx};
 use crate::lock::may_release;
@@ -38,6 +39,7 @@ fn release(ctx: Ctx, args: &Args) -> Reply {
             if !open.delete() {
                 return Reply::error("ERR could not delete the lock");
             }
+            events::forget_unlinked();
             drop(open);
             propagate::release(ctx, Arg::Str(key));
             STATS.releases.incr();

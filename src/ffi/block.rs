@@ -168,11 +168,30 @@ impl Ctx {
     }
 }
 
-/// Subscribes to FLUSHDB/FLUSHALL, which remove keys without per-key events.
-pub fn subscribe_flush(ctx: Ctx) -> bool {
-    let event = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_FLUSHDB,
-        dataver: 1,
+extern "C" fn swapped(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    data: *mut c_void,
+) {
+    // SAFETY: the swapdb event passes a RedisModuleSwapDbInfo.
+    let Some(info) = (unsafe { data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() }) else {
+        return;
     };
-    call!(RedisModule_SubscribeToServerEvent(ctx.raw(), event, Some(flushed)) else ERR) == OK
+    let (first, second) = (info.dbnum_first, info.dbnum_second);
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        blocking::flushed(Some(first));
+        blocking::flushed(Some(second));
+    }));
+}
+
+/// Subscribes to FLUSHDB/FLUSHALL and SWAPDB, which change keys without per-key
+/// events: waiters of those databases then look at their keys again.
+pub fn subscribe_flush(ctx: Ctx) -> bool {
+    let subscribe = |id, callback: raw::RedisModuleEventCallback| {
+        let event = raw::RedisModuleEvent { id, dataver: 1 };
+        call!(RedisModule_SubscribeToServerEvent(ctx.raw(), event, callback) else ERR) == OK
+    };
+    subscribe(raw::REDISMODULE_EVENT_FLUSHDB, Some(flushed))
+        && subscribe(raw::REDISMODULE_EVENT_SWAPDB, Some(swapped))
 }
