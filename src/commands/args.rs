@@ -110,7 +110,14 @@ pub fn parse_i64(arg: &[u8]) -> Option<i64> {
     if !well_formed {
         return None;
     }
-    std::str::from_utf8(arg).ok()?.parse().ok()
+    // Digits are known to be ASCII here: accumulate directly (cheaper than going
+    // through str::parse on this hot path), towards the sign so i64::MIN fits.
+    let negative = arg.len() != digits.len();
+    digits.iter().try_fold(0i64, |n, d| {
+        let d = i64::from(d - b'0');
+        n.checked_mul(10)?
+            .checked_add(if negative { -d } else { d })
+    })
 }
 
 fn parse_positive(arg: &[u8]) -> Option<i64> {
@@ -235,6 +242,8 @@ mod tests {
         assert_eq!(parse_i64(b"1500"), Some(1500));
         assert_eq!(parse_i64(b"-7"), Some(-7));
         assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_i64(b"-9223372036854775809"), None);
         for bad in [
             &b""[..],
             b"-",
