@@ -70,7 +70,7 @@ memcheck: deps
 	$(CARGO) build
 	rm -rf $(MEMCHECK_LOGS) && mkdir -p $(MEMCHECK_LOGS)
 	MEMCHECK_LOGS=$(CURDIR)/$(MEMCHECK_LOGS) REDIS_SERVER=$(CURDIR)/tests/memcheck/redis-server \
-	  $(CARGO) test --workspace --tests -- --test-threads=2
+	  $(CARGO) test --workspace --tests --no-fail-fast -- --test-threads=2
 	tests/memcheck/check-logs $(MEMCHECK_LOGS)
 
 # Worker processes, killed workers, killed servers, paused holders (torture/).
