@@ -7,11 +7,12 @@ use std::process::Command;
 
 use redis::{Client, Connection, RedisResult};
 
+use crate::keysets;
 use crate::stats::median;
 
 const OWNER: &str = "6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2d";
 const OTHER: &str = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
-const LONG_TTL: &str = "3600000";
+pub const LONG_TTL: &str = "3600000";
 
 pub const RELEASE_SCRIPT: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
@@ -127,11 +128,11 @@ fn rows(extend_sha: &str) -> Vec<Row> {
     ]
 }
 
-/// What one redis-benchmark run measured.
+/// What one run of one side measured.
 #[derive(Clone, Copy, Debug, Default)]
-struct Measure {
-    rps: f64,
-    usec_per_call: f64,
+pub struct Measure {
+    pub rps: f64,
+    pub usec_per_call: f64,
 }
 
 fn redis_benchmark(port: u16, side: &Side, range: u64, requests: u64, pipeline: u32) -> f64 {
@@ -159,7 +160,7 @@ fn redis_benchmark(port: u16, side: &Side, range: u64, requests: u64, pipeline: 
 }
 
 /// Sum of `usec` over `calls` for the given commandstats entries.
-fn usec_per_call(con: &mut Connection, names: &[&str]) -> RedisResult<f64> {
+pub fn usec_per_call(con: &mut Connection, names: &[&str]) -> RedisResult<f64> {
     let text: String = redis::cmd("INFO").arg("commandstats").query(con)?;
     let (mut calls, mut usec) = (0.0, 0.0);
     for line in text.lines() {
@@ -276,217 +277,8 @@ pub fn run(client: &Client, port: u16, runs: usize) -> RedisResult<()> {
         }
     }
     for pipeline in [1, 32] {
-        release_row(client, &mut con, &release_sha, runs, pipeline)?;
+        keysets::release_row(client, &mut con, &release_sha, runs, pipeline)?;
     }
-    memory_row(&mut con, runs)?;
-    Ok(())
-}
-
-/// Keys released per run of the release row.
-const RELEASE_KEYS: u64 = 200_000;
-/// Client connections releasing in parallel.
-const RELEASE_CLIENTS: u64 = 4;
-
-/// Releases RELEASE_KEYS held keys, each exactly once, from RELEASE_CLIENTS
-/// connections; returns requests per second. The commands are built before the
-/// clock starts, so the client's own work weighs as little as possible.
-fn release_all(client: &Client, command: impl Fn(u64) -> redis::Cmd + Sync, pipeline: u64) -> f64 {
-    let batches: Vec<Vec<redis::Pipeline>> = (0..RELEASE_CLIENTS)
-        .map(|c| {
-            let keys: Vec<u64> = (c..RELEASE_KEYS)
-                .step_by(RELEASE_CLIENTS as usize)
-                .collect();
-            keys.chunks(pipeline as usize)
-                .map(|chunk| {
-                    let mut pipe = redis::pipe();
-                    for &i in chunk {
-                        pipe.add_command(command(i)).ignore();
-                    }
-                    pipe
-                })
-                .collect()
-        })
-        .collect();
-    let connections: Vec<Connection> = (0..RELEASE_CLIENTS)
-        .map(|_| client.get_connection().expect("connection"))
-        .collect();
-    let start = std::time::Instant::now();
-    std::thread::scope(|scope| {
-        for (pipes, mut con) in batches.iter().zip(connections) {
-            scope.spawn(move || {
-                for pipe in pipes {
-                    let _: () = pipe.query(&mut con).expect("release");
-                }
-            });
-        }
-    });
-    RELEASE_KEYS as f64 / start.elapsed().as_secs_f64()
-}
-
-fn populate(
-    con: &mut Connection,
-    keys: u64,
-    command: impl Fn(u64) -> redis::Cmd,
-) -> RedisResult<()> {
-    for chunk in (0..keys).collect::<Vec<_>>().chunks(1000) {
-        let mut pipe = redis::pipe();
-        for &i in chunk {
-            pipe.add_command(command(i)).ignore();
-        }
-        let _: () = pipe.query(con)?;
-    }
-    Ok(())
-}
-
-fn lock_key(i: u64) -> String {
-    format!("lk:x{i:012}")
-}
-
-fn plain_key(i: u64) -> String {
-    format!("sk:x{i:012}")
-}
-
-/// A 36-byte owner id, distinct per key.
-fn owner(i: u64) -> String {
-    format!("{i:08x}-3d4a-4f5b-9c8d-7e6f5a4b3c2d")
-}
-
-fn acquire_cmd(i: u64) -> redis::Cmd {
-    let mut cmd = redis::cmd("LOCK.ACQUIRE");
-    cmd.arg(lock_key(i)).arg(owner(i)).arg(LONG_TTL);
-    cmd
-}
-
-fn set_cmd(i: u64) -> redis::Cmd {
-    let mut cmd = redis::cmd("SET");
-    cmd.arg(plain_key(i))
-        .arg(owner(i))
-        .arg("NX")
-        .arg("PX")
-        .arg(LONG_TTL);
-    cmd
-}
-
-fn release_row(
-    client: &Client,
-    con: &mut Connection,
-    sha: &str,
-    runs: usize,
-    pipeline: u64,
-) -> RedisResult<()> {
-    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-    for _ in 0..runs {
-        for (side, samples) in [(true, &mut ours), (false, &mut theirs)] {
-            let _: () = redis::cmd("FLUSHALL").query(con)?;
-            if side {
-                populate(con, RELEASE_KEYS, acquire_cmd)?;
-            } else {
-                populate(con, RELEASE_KEYS, set_cmd)?;
-            }
-            let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(con)?;
-            let rps = if side {
-                release_all(
-                    client,
-                    |i| {
-                        let mut cmd = redis::cmd("LOCK.RELEASE");
-                        cmd.arg(lock_key(i)).arg(owner(i));
-                        cmd
-                    },
-                    pipeline,
-                )
-            } else {
-                release_all(
-                    client,
-                    |i| {
-                        let mut cmd = redis::cmd("EVALSHA");
-                        cmd.arg(sha).arg(1).arg(plain_key(i)).arg(owner(i));
-                        cmd
-                    },
-                    pipeline,
-                )
-            };
-            let left: i64 = redis::cmd("DBSIZE").query(con)?;
-            assert_eq!(left, 0, "every key released exactly once");
-            let names: &[&str] = if side {
-                &["lock.release"]
-            } else {
-                &["evalsha"]
-            };
-            samples.push(Measure {
-                rps,
-                usec_per_call: usec_per_call(con, names)?,
-            });
-        }
-    }
-    print_pair(
-        "release by the owner",
-        "LOCK.RELEASE",
-        "EVALSHA compare-and-del",
-        pipeline,
-        &ours,
-        &theirs,
-        "≥ 2x throughput",
-    );
-    Ok(())
-}
-
-fn print_pair(
-    step: &str,
-    ours_label: &str,
-    theirs_label: &str,
-    pipeline: u64,
-    ours: &[Measure],
-    theirs: &[Measure],
-    target: &str,
-) {
-    let rps = |m: &[Measure]| median(&m.iter().map(|x| x.rps).collect::<Vec<_>>());
-    let usec = |m: &[Measure]| median(&m.iter().map(|x| x.usec_per_call).collect::<Vec<_>>());
-    println!(
-        "| {step} | {ours_label} | {theirs_label} | {} | {:.0} | {:.0} | {:.2}x | {:.2} | {:.2} | {:.2}x | {target} |",
-        if pipeline > 1 { format!("{pipeline} per round trip, {RELEASE_CLIENTS} clients") } else { format!("none, {RELEASE_CLIENTS} clients") },
-        rps(ours),
-        rps(theirs),
-        rps(ours) / rps(theirs).max(1e-9),
-        usec(ours),
-        usec(theirs),
-        usec(ours) / usec(theirs).max(1e-9),
-    );
-}
-
-/// Locks held for the memory row.
-const MEMORY_KEYS: u64 = 1_000_000;
-
-fn used_memory(con: &mut Connection) -> RedisResult<f64> {
-    let text: String = redis::cmd("INFO").arg("memory").query(con)?;
-    Ok(text
-        .lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0))
-}
-
-fn memory_row(con: &mut Connection, runs: usize) -> RedisResult<()> {
-    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-    for _ in 0..runs {
-        for (side, samples) in [(true, &mut ours), (false, &mut theirs)] {
-            let _: () = redis::cmd("FLUSHALL").query(con)?;
-            let before = used_memory(con)?;
-            if side {
-                populate(con, MEMORY_KEYS, acquire_cmd)?;
-            } else {
-                populate(con, MEMORY_KEYS, set_cmd)?;
-            }
-            samples.push((used_memory(con)? - before) / MEMORY_KEYS as f64);
-        }
-    }
-    let _: () = redis::cmd("FLUSHALL").query(con)?;
-    let (ours, theirs) = (median(&ours), median(&theirs));
-    println!();
-    println!("| memory per held lock | ours (bytes) | SET PX (bytes) | ratio | target |");
-    println!("|---|---|---|---|---|");
-    println!(
-        "| {MEMORY_KEYS} locks, 16-byte keys, 36-byte owners, used_memory delta | {ours:.1} | {theirs:.1} | {:.2}x | ≤ 1.15x |",
-        ours / theirs.max(1e-9)
-    );
+    keysets::memory_row(&mut con, runs)?;
     Ok(())
 }

@@ -5,6 +5,7 @@
 mod compare;
 mod handoff;
 mod hot;
+mod keysets;
 mod stats;
 
 use clap::{Parser, Subcommand};
