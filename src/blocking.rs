@@ -73,8 +73,16 @@ pub fn waiters(db: i32, key: &[u8]) -> usize {
 }
 
 /// Blocks the caller at the back of `key`'s queue. The lock is held now; its expiry
-/// (`expires_at`) is watched so the queue moves the moment it lapses.
-pub fn enqueue(ctx: Ctx, key: &[u8], owner: &[u8], ttl: i64, timeout_ms: i64) -> Reply {
+/// (`expiry`, as the caller read it) is watched so the queue moves the moment it
+/// lapses.
+pub fn enqueue(
+    ctx: Ctx,
+    key: &[u8],
+    owner: &[u8],
+    ttl: i64,
+    timeout_ms: i64,
+    expiry: Option<i64>,
+) -> Reply {
     let Some(handle) = ctx.block(timeout_ms) else {
         return Reply::error("ERR this client cannot be blocked");
     };
@@ -86,7 +94,6 @@ pub fn enqueue(ctx: Ctx, key: &[u8], owner: &[u8], ttl: i64, timeout_ms: i64) ->
     };
     with(|w| w.queues.push(db, key, waiter));
     STATS.waiters.incr();
-    let expiry = OpenKey::write_bytes(ctx, key).expires_at();
     watch_expiry(ctx, db, key, expiry);
     Reply::Blocked
 }
@@ -105,20 +112,24 @@ pub fn hand_off(ctx: Ctx, db: i32, key: &[u8]) -> bool {
         watch_expiry(ctx, db, key, expiry);
         return false;
     }
-    let Some(waiter) = with(|w| w.queues.pop_front(db, key)).flatten() else {
-        return false;
-    };
-    STATS.waiters.decr();
     let now = ctx.now_ms();
-    let grant = expires_at(now, waiter.ttl)
-        .ok()
-        .and_then(|at| Some((MINT.mint(now)?, at)));
-    let Some((token, at)) = grant else {
-        waiter
-            .handle
-            .answer(Outcome::Error("ERR the lock could not be granted"));
-        drop(open);
-        return hand_off(ctx, db, key);
+    // The oldest waiter that can be granted; one whose grant cannot be made (tokens
+    // exhausted, expiry out of range) is answered with an error and the next tried.
+    // A loop, not recursion: a queue may be long.
+    let (waiter, token, at) = loop {
+        let Some(waiter) = with(|w| w.queues.pop_front(db, key)).flatten() else {
+            return false;
+        };
+        STATS.waiters.decr();
+        let grant = expires_at(now, waiter.ttl)
+            .ok()
+            .and_then(|at| Some((MINT.mint(now)?, at)));
+        match grant {
+            Some((token, at)) => break (waiter, token, at),
+            None => waiter
+                .handle
+                .answer(Outcome::Error("ERR the lock could not be granted")),
+        }
     };
     if !(open.set_lock(Lock::new(&waiter.owner, token)) && open.set_expires_at(at)) {
         waiter

@@ -456,3 +456,39 @@ fn waiters_that_time_out_or_vanish_leave_no_memory_behind() {
     assert_eq!(lock_stat(&mut con, "wait_timeouts"), 600);
     assert_eq!(lock_stat(&mut con, "waiters"), 0);
 }
+
+#[test]
+fn waiters_get_an_error_when_no_token_is_left_and_the_server_stays_up() {
+    let server = Server::start();
+    let mut con = server.connection();
+    // A lock with the last token there is: no greater one can be minted.
+    let last = (i64::MAX - 1).to_string();
+    let _: () = query(&mut con, &["LOCK.APPLY", "job", "holder", &last]).unwrap();
+    let waiters: Vec<_> = (0..200)
+        .map(|i| {
+            let mut wcon = server.connection();
+            thread::spawn(move || {
+                redis::cmd("LOCK.ACQUIRE")
+                    .arg("job")
+                    .arg(format!("w{i}"))
+                    .arg(30_000)
+                    .arg("WAIT")
+                    .arg(0)
+                    .query::<Option<i64>>(&mut wcon)
+            })
+        })
+        .collect();
+    wait_for_waiters(&mut con, "job", 200);
+    assert_eq!(release(&mut con, "job", "holder"), 1);
+    for w in waiters {
+        let error = w.join().unwrap().unwrap_err();
+        assert!(
+            error.to_string().contains("could not be granted"),
+            "{error}"
+        );
+    }
+    assert_eq!(lock_stat(&mut con, "waiters"), 0);
+    assert_eq!(dbsize(&mut con), 0);
+    let pong: String = query(&mut con, &["PING"]).unwrap();
+    assert_eq!(pong, "PONG");
+}

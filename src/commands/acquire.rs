@@ -62,6 +62,7 @@ fn acquire(ctx: Ctx, args: &Args) -> Reply {
         }
         Ok(AcquirePlan::Busy) => {
             STATS.contended.incr();
+            let expiry = open.expires_at();
             drop(open);
             match request.wait {
                 // MULTI, scripts and replicated streams cannot block: as without WAIT.
@@ -70,7 +71,14 @@ fn acquire(ctx: Ctx, args: &Args) -> Reply {
                         Wait::Forever => 0,
                         Wait::Millis(ms) => ms,
                     };
-                    blocking::enqueue(ctx, key_bytes, request.owner, request.ttl, timeout_ms)
+                    blocking::enqueue(
+                        ctx,
+                        key_bytes,
+                        request.owner,
+                        request.ttl,
+                        timeout_ms,
+                        expiry,
+                    )
                 }
                 _ => Reply::Null,
             }

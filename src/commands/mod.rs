@@ -40,8 +40,11 @@ pub enum KeyAccess {
     Overwrite,
 }
 
+/// How many commands the module has (the FFI layer has one entry point each).
+pub const COMMAND_COUNT: usize = 5;
+
 /// Every command of the module. The FFI layer registers them in this order.
-pub static COMMANDS: [Command; 5] = [
+pub static COMMANDS: [Command; COMMAND_COUNT] = [
     acquire::COMMAND,
     release::COMMAND,
     extend::COMMAND,

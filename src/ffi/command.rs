@@ -12,7 +12,7 @@ use std::ptr;
 use redis_module::raw;
 
 use super::{call, Args, Ctx, OK};
-use crate::commands::{KeyAccess, Reply, COMMANDS};
+use crate::commands::{KeyAccess, Reply, COMMANDS, COMMAND_COUNT};
 
 /// The C entry point of `COMMANDS[I]`: runs its handler, turning a panic into an error
 /// reply instead of an aborted server, then sends the one reply.
@@ -33,7 +33,9 @@ extern "C" fn entry<const I: usize>(
     OK
 }
 
-const ENTRIES: [raw::RedisModuleCmdFunc; 5] = [
+// One entry per command: a command added to COMMANDS without one here fails to
+// compile instead of silently not being registered.
+const ENTRIES: [raw::RedisModuleCmdFunc; COMMAND_COUNT] = [
     Some(entry::<0>),
     Some(entry::<1>),
     Some(entry::<2>),
