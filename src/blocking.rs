@@ -16,6 +16,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::commands::Reply;
 use crate::ffi::block::Blocked;
@@ -64,11 +65,24 @@ thread_local! {
 /// Runs `f` on the waiting state. Callers never call into Redis inside `f`: Redis may
 /// call back (keyspace events) and would find the state borrowed.
 fn with<T>(f: impl FnOnce(&mut Waiting) -> T) -> Option<T> {
-    WAITING.with(|cell| cell.try_borrow_mut().ok().map(|mut w| f(&mut w)))
+    WAITING.with(|cell| {
+        cell.try_borrow_mut().ok().map(|mut w| {
+            let out = f(&mut w);
+            ANY_WAITING.store(!w.queues.is_empty(), Ordering::Relaxed);
+            out
+        })
+    })
 }
+
+/// Whether any queue has a waiter, kept by [`with`] after every change: lets the
+/// commands on a key without waiters (nearly all of them) skip the queues.
+static ANY_WAITING: AtomicBool = AtomicBool::new(false);
 
 /// Clients waiting on `key` now.
 pub fn waiters(db: i32, key: &[u8]) -> usize {
+    if !ANY_WAITING.load(Ordering::Relaxed) {
+        return 0;
+    }
     with(|w| w.queues.waiting(db, key)).unwrap_or(0)
 }
 

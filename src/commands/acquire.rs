@@ -36,9 +36,8 @@ fn acquire(ctx: Ctx, args: &Args) -> Reply {
     blocking::hand_off(ctx, db, key_bytes);
 
     let mut open = OpenKey::write(ctx, key);
-    let now = ctx.now_ms();
     let plan = match lock_in(open.slot()) {
-        Ok(current) => plan_acquire(current, request.owner, request.ttl, now, &MINT),
+        Ok(current) => plan_acquire(current, request.owner, request.ttl, || ctx.now_ms(), &MINT),
         Err(reply) => return reply,
     };
     match plan {
@@ -62,8 +61,6 @@ fn acquire(ctx: Ctx, args: &Args) -> Reply {
         }
         Ok(AcquirePlan::Busy) => {
             STATS.contended.incr();
-            let expiry = open.expires_at();
-            drop(open);
             match request.wait {
                 // MULTI, scripts and replicated streams cannot block: as without WAIT.
                 Some(wait) if !ctx.where_().cannot_block => {
@@ -71,6 +68,8 @@ fn acquire(ctx: Ctx, args: &Args) -> Reply {
                         Wait::Forever => 0,
                         Wait::Millis(ms) => ms,
                     };
+                    let expiry = open.expires_at();
+                    drop(open);
                     blocking::enqueue(
                         ctx,
                         key_bytes,

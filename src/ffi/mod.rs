@@ -206,9 +206,75 @@ impl Ctx {
     }
 
     /// Propagates `command args…` to replicas and the AOF, inside this command's
-    /// transaction. Strings Redis handed us go as they are; bytes and integers are
-    /// made into strings for the call.
+    /// transaction. Strings Redis handed us go as they are (Redis takes a reference);
+    /// bytes and integers are copied by Redis from our stack.
+    ///
+    /// The shapes this module propagates go in one call with a format of their own:
+    /// the module makes no strings of its own to free, and Redis sizes its argv once
+    /// (a vector, "v", makes it grow it). Any other shape goes as a vector.
     pub fn replicate(self, command: &CStr, args: &[Arg<'_>]) {
+        // SAFETY: reading a function pointer that Redis filled in at load time.
+        let Some(f) = (unsafe { raw::RedisModule_Replicate }) else {
+            return;
+        };
+        let (ctx, name) = (self.0, command.as_ptr());
+        let (mut first, mut second) = (itoa::Buffer::new(), itoa::Buffer::new());
+        // One call with its own format: 's' takes a RedisModuleString*, 'b' a char*
+        // and a size_t. The pointers are valid for the call; Redis references or
+        // copies what it keeps.
+        macro_rules! replicate {
+            ($format:literal $(, $arg:expr)*) => {
+                // SAFETY: the format has one letter per argument, as above.
+                { unsafe { f(ctx, name, $format.as_ptr() $(, $arg)*) }; }
+            };
+        }
+        match *args {
+            [Arg::Str(key)] => replicate!(c"s", key.as_ptr()),
+            [Arg::Bytes(key)] => replicate!(c"b", key.as_ptr(), key.len()),
+            [Arg::Str(key), Arg::Int(n)] => {
+                let n = first.format(n).as_bytes();
+                replicate!(c"sb", key.as_ptr(), n.as_ptr(), n.len())
+            }
+            [Arg::Bytes(key), Arg::Int(n)] => {
+                let n = first.format(n).as_bytes();
+                replicate!(c"bb", key.as_ptr(), key.len(), n.as_ptr(), n.len())
+            }
+            [Arg::Str(key), Arg::Str(value), Arg::Int(n), Arg::Bytes(word), Arg::Int(m)] => {
+                let (n, m) = (first.format(n).as_bytes(), second.format(m).as_bytes());
+                replicate!(
+                    c"ssbbb",
+                    key.as_ptr(),
+                    value.as_ptr(),
+                    n.as_ptr(),
+                    n.len(),
+                    word.as_ptr(),
+                    word.len(),
+                    m.as_ptr(),
+                    m.len()
+                )
+            }
+            [Arg::Bytes(key), Arg::Bytes(value), Arg::Int(n), Arg::Bytes(word), Arg::Int(m)] => {
+                let (n, m) = (first.format(n).as_bytes(), second.format(m).as_bytes());
+                replicate!(
+                    c"bbbbb",
+                    key.as_ptr(),
+                    key.len(),
+                    value.as_ptr(),
+                    value.len(),
+                    n.as_ptr(),
+                    n.len(),
+                    word.as_ptr(),
+                    word.len(),
+                    m.as_ptr(),
+                    m.len()
+                )
+            }
+            _ => self.replicate_vector(f, command, args),
+        }
+    }
+
+    /// [`Ctx::replicate`] for any shape: every argument made a string, sent as "v".
+    fn replicate_vector(self, f: ReplicateFn, command: &CStr, args: &[Arg<'_>]) {
         const MAX: usize = 8;
         let Some(args) = args.get(..args.len().min(MAX)) else {
             return;
@@ -234,19 +300,17 @@ impl Ctx {
             argv[i] = string;
             created[i] = made;
         }
-        if let Some(f) = unsafe { raw::RedisModule_Replicate } {
-            // SAFETY: format "v" takes a RedisModuleString** and its length; Redis
-            // takes its own references to the strings.
-            unsafe {
-                f(
-                    self.0,
-                    command.as_ptr(),
-                    c"v".as_ptr(),
-                    argv.as_mut_ptr(),
-                    args.len(),
-                )
-            };
-        }
+        // SAFETY: format "v" takes a RedisModuleString** and its length; Redis takes
+        // its own references to the strings.
+        unsafe {
+            f(
+                self.0,
+                command.as_ptr(),
+                c"v".as_ptr(),
+                argv.as_mut_ptr(),
+                args.len(),
+            )
+        };
         self.free_strings(&argv, &created);
     }
 
@@ -258,6 +322,14 @@ impl Ctx {
         }
     }
 }
+
+/// `RedisModule_Replicate`: variadic, its arguments described by a format string.
+type ReplicateFn = unsafe extern "C" fn(
+    *mut raw::RedisModuleCtx,
+    *const std::ffi::c_char,
+    *const std::ffi::c_char,
+    ...
+) -> c_int;
 
 /// One argument of a propagated command.
 #[derive(Clone, Copy)]

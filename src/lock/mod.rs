@@ -73,21 +73,24 @@ pub fn expires_at(now_ms: i64, ttl_ms: i64) -> Result<i64, LockError> {
 }
 
 /// Decides an acquire of a key whose current lock is `current` (`None`: free).
-/// A token is minted only for a fresh grant.
+/// A token is minted only for a fresh grant. The clock `now_ms` is read only when
+/// the answer needs the time: a miss on a held lock (the common case under
+/// contention) does not.
 pub fn plan_acquire(
     current: Option<&Lock>,
     owner: &[u8],
     ttl_ms: i64,
-    now_ms: i64,
+    now_ms: impl FnOnce() -> i64,
     mint: &TokenMint,
 ) -> Result<AcquirePlan, LockError> {
     match current {
         Some(lock) if lock.is_held_by(owner) => Ok(AcquirePlan::Refresh {
             token: lock.token,
-            expires_at: expires_at(now_ms, ttl_ms)?,
+            expires_at: expires_at(now_ms(), ttl_ms)?,
         }),
         Some(_) => Ok(AcquirePlan::Busy),
         None => {
+            let now_ms = now_ms();
             let expires_at = expires_at(now_ms, ttl_ms)?;
             let token = mint.mint(now_ms).ok_or(LockError::TokensExhausted)?;
             Ok(AcquirePlan::Grant { token, expires_at })
@@ -124,7 +127,7 @@ mod tests {
     #[test]
     fn a_free_key_is_granted_with_a_fresh_token() {
         let mint = TokenMint::new();
-        let plan = plan_acquire(None, b"a", 100, NOW, &mint).unwrap();
+        let plan = plan_acquire(None, b"a", 100, || NOW, &mint).unwrap();
         let expected_token = NOW * token::TOKENS_PER_MS;
         assert_eq!(
             plan,
@@ -140,7 +143,7 @@ mod tests {
     fn the_holder_refreshes_and_keeps_its_token() {
         let mint = TokenMint::new();
         let lock = Lock::new(b"a", 7);
-        let plan = plan_acquire(Some(&lock), b"a", 500, NOW, &mint).unwrap();
+        let plan = plan_acquire(Some(&lock), b"a", 500, || NOW, &mint).unwrap();
         assert_eq!(
             plan,
             AcquirePlan::Refresh {
@@ -155,9 +158,15 @@ mod tests {
     fn another_owner_finds_the_lock_busy() {
         let mint = TokenMint::new();
         let lock = Lock::new(b"a", 7);
-        let plan = plan_acquire(Some(&lock), b"b", 100, NOW, &mint).unwrap();
+        let read_clock = std::cell::Cell::new(false);
+        let clock = || {
+            read_clock.set(true);
+            NOW
+        };
+        let plan = plan_acquire(Some(&lock), b"b", 100, clock, &mint).unwrap();
         assert_eq!(plan, AcquirePlan::Busy);
         assert_eq!(mint.high_water(), 0);
+        assert!(!read_clock.get(), "a miss must not read the clock");
     }
 
     #[test]
@@ -178,7 +187,7 @@ mod tests {
         let mint = TokenMint::new();
         let mut last = 0;
         for _ in 0..5 {
-            match plan_acquire(None, b"a", 100, NOW, &mint).unwrap() {
+            match plan_acquire(None, b"a", 100, || NOW, &mint).unwrap() {
                 AcquirePlan::Grant { token, .. } => {
                     assert!(token > last);
                     last = token;
@@ -192,7 +201,7 @@ mod tests {
     fn an_expiry_past_the_end_of_time_is_an_error_and_mints_nothing() {
         let mint = TokenMint::new();
         assert_eq!(
-            plan_acquire(None, b"a", i64::MAX, NOW, &mint),
+            plan_acquire(None, b"a", i64::MAX, || NOW, &mint),
             Err(LockError::ExpiryOutOfRange)
         );
         assert_eq!(mint.high_water(), 0);
@@ -208,7 +217,7 @@ mod tests {
         let mint = TokenMint::new();
         mint.observe(i64::MAX - 1);
         assert_eq!(
-            plan_acquire(None, b"a", 1, NOW, &mint),
+            plan_acquire(None, b"a", 1, || NOW, &mint),
             Err(LockError::TokensExhausted)
         );
     }
