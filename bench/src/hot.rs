@@ -2,6 +2,11 @@
 //! time. Server-side waiting (LOCK.ACQUIRE … WAIT) against the usual client-side
 //! polling: SET NX PX, and on a miss a 1 ms sleep before trying again (the usual
 //! library default is far longer), with a compare-and-delete script to release.
+//!
+//! Grants of one lock are serial, and each costs its holder at least one round trip
+//! (it learns of the grant, then sends the release). A poller alone needs two per
+//! grant (SET NX, then the release script) and retries at once after its release;
+//! the run measures it too, so the table shows the ceiling on the ratio.
 
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -132,22 +137,27 @@ fn hot(client: &Client, mode: Mode, clients: usize, seconds: f64) -> RedisResult
 }
 
 pub fn run(client: &Client, runs: usize, clients: usize, seconds: f64) -> RedisResult<()> {
-    println!("| run | side | lock grants / s | min per client | max per client | server commands per grant |");
-    println!("|---|---|---|---|---|---|");
+    println!("| run | side | clients | lock grants / s | µs per grant | min per client | max per client | server commands per grant |");
+    println!("|---|---|---|---|---|---|---|---|");
     let mut ratios = Vec::new();
+    let mut alone_ratios = Vec::new();
     let mut starved = false;
     for i in 0..runs {
         let wait = hot(client, Mode::Wait, clients, seconds)?;
         let poll = hot(client, Mode::Poll, clients, seconds)?;
+        let alone = hot(client, Mode::Poll, 1, seconds)?;
         for (side, outcome) in [
             ("LOCK.ACQUIRE WAIT", &wait),
             ("SET NX PX + 1 ms sleep", &poll),
+            ("SET NX PX, one poller alone", &alone),
         ] {
             println!(
-                "| {} | {} | {:.0} | {} | {} | {:.1} |",
+                "| {} | {} | {} | {:.0} | {:.1} | {} | {} | {:.1} |",
                 i + 1,
                 side,
+                outcome.per_client.len(),
                 outcome.rate(),
+                1e6 / outcome.rate().max(1e-9),
                 outcome.per_client.iter().min().unwrap_or(&0),
                 outcome.per_client.iter().max().unwrap_or(&0),
                 outcome.calls_per_grant(),
@@ -155,11 +165,16 @@ pub fn run(client: &Client, runs: usize, clients: usize, seconds: f64) -> RedisR
         }
         starved |= wait.per_client.contains(&0);
         ratios.push(wait.rate() / poll.rate().max(1e-9));
+        alone_ratios.push(wait.rate() / alone.rate().max(1e-9));
     }
     println!(
-        "\n{clients} clients, {seconds} s per run. Median ratio WAIT / polling: **{:.1}x** (target: at least 5x); a WAIT client starved: {}.",
+        "\n{clients} clients, {seconds} s per run. Median ratio WAIT / polling: **{:.1}x** (target: at least 5x); a WAIT client starved: {}. \
+         WAIT against one poller alone: {:.1}x. Each grant costs its holder one round trip with WAIT and two for a poller \
+         alone (SET NX, then the release script), so a server-side queue gains about 2x over one poller alone on this \
+         workload, not 5x; {clients} pollers, which fill one another's gaps, come closer still.",
         median(&ratios),
-        if starved { "yes" } else { "no" }
+        if starved { "yes" } else { "no" },
+        median(&alone_ratios),
     );
     Ok(())
 }
