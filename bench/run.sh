@@ -42,7 +42,11 @@ tmp="$(mktemp)"
   echo "Client-side throughput from redis-benchmark (50 clients; 200,000 requests"
   echo "unpipelined, 1,000,000 with -P 32) and server-side cost (usec_per_call from INFO"
   echo "commandstats, reset before each run), median of $RUNS alternating runs. The release"
-  echo "row uses lock-bench (each held key released exactly once, 4 connections)."
+  echo "row uses lock-bench (each held key released exactly once, 50 connections as for redis-benchmark)."
+  echo "The ceiling column is the best throughput ratio any command could reach on that"
+  echo "row: a plain request costs the server 1/throughput, of which usec_per_call is the"
+  echo "command; the rest (reading, parsing, replying, the event loop) is paid even by a"
+  echo "command that costs nothing. A target above the ceiling cannot be met on this setup."
   echo
   "$DRIVER" --port "$port" --runs "$RUNS" compare
   echo

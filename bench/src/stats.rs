@@ -14,3 +14,18 @@ pub fn quantile(samples: &[f64], q: f64) -> f64 {
 pub fn median(samples: &[f64]) -> f64 {
     quantile(samples, 0.5)
 }
+
+/// The best throughput ratio any single command could reach against a plain side
+/// of `requests` commands that together cost the server `1e6 / rps` µs, of which
+/// the commands themselves are `usec_per_call`: the rest (reading, parsing,
+/// replying, the event loop) is paid once per request even by a command that costs
+/// nothing. An upper bound: a client-bound run gains less still.
+pub fn ceiling(rps: f64, usec_per_call: f64, requests: usize) -> f64 {
+    let per_op = 1e6 / rps.max(1e-9);
+    let rest_per_request = (per_op - usec_per_call) / requests.max(1) as f64;
+    if rest_per_request > 0.0 {
+        per_op / rest_per_request
+    } else {
+        f64::INFINITY
+    }
+}
