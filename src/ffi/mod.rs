@@ -209,9 +209,11 @@ impl Ctx {
     /// transaction. Strings Redis handed us go as they are (Redis takes a reference);
     /// bytes and integers are copied by Redis from our stack.
     ///
-    /// The shapes this module propagates go in one call with a format of their own:
-    /// the module makes no strings of its own to free, and Redis sizes its argv once
-    /// (a vector, "v", makes it grow it). Any other shape goes as a vector.
+    /// The shapes of the commands clients call (a grant, a new expiry, a release, on
+    /// the key the client named) go in one call with a format of their own: the
+    /// module makes no strings of its own to free, and Redis sizes its argv once (a
+    /// vector, "v", makes it grow it). Any other shape (hand-offs from timers and
+    /// events, which know the key only as bytes) goes as a vector.
     pub fn replicate(self, command: &CStr, args: &[Arg<'_>]) {
         // SAFETY: reading a function pointer that Redis filled in at load time.
         let Some(f) = (unsafe { raw::RedisModule_Replicate }) else {
@@ -230,14 +232,9 @@ impl Ctx {
         }
         match *args {
             [Arg::Str(key)] => replicate!(c"s", key.as_ptr()),
-            [Arg::Bytes(key)] => replicate!(c"b", key.as_ptr(), key.len()),
             [Arg::Str(key), Arg::Int(n)] => {
                 let n = first.format(n).as_bytes();
                 replicate!(c"sb", key.as_ptr(), n.as_ptr(), n.len())
-            }
-            [Arg::Bytes(key), Arg::Int(n)] => {
-                let n = first.format(n).as_bytes();
-                replicate!(c"bb", key.as_ptr(), key.len(), n.as_ptr(), n.len())
             }
             [Arg::Str(key), Arg::Str(value), Arg::Int(n), Arg::Bytes(word), Arg::Int(m)] => {
                 let (n, m) = (first.format(n).as_bytes(), second.format(m).as_bytes());
@@ -245,22 +242,6 @@ impl Ctx {
                     c"ssbbb",
                     key.as_ptr(),
                     value.as_ptr(),
-                    n.as_ptr(),
-                    n.len(),
-                    word.as_ptr(),
-                    word.len(),
-                    m.as_ptr(),
-                    m.len()
-                )
-            }
-            [Arg::Bytes(key), Arg::Bytes(value), Arg::Int(n), Arg::Bytes(word), Arg::Int(m)] => {
-                let (n, m) = (first.format(n).as_bytes(), second.format(m).as_bytes());
-                replicate!(
-                    c"bbbbb",
-                    key.as_ptr(),
-                    key.len(),
-                    value.as_ptr(),
-                    value.len(),
                     n.as_ptr(),
                     n.len(),
                     word.as_ptr(),
