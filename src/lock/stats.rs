@@ -28,6 +28,10 @@ pub struct Stats {
 }
 
 /// A counter that can go up and, for gauges such as `waiters`, down.
+///
+/// Redis runs module code on its main thread only, so each counter has one writer:
+/// a plain load and store (as in `TokenMint::mint`) is enough, and keeps a locked
+/// read-modify-write instruction off every command.
 #[derive(Debug, Default)]
 pub struct Counter(AtomicU64);
 
@@ -37,24 +41,22 @@ impl Counter {
     }
 
     pub fn incr(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
+        self.set(self.get().saturating_add(1));
     }
 
     /// Subtracts `n`, never below 0.
     pub fn sub(&self, n: usize) {
         let n = u64::try_from(n).unwrap_or(u64::MAX);
-        let _ = self
-            .0
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                Some(v.saturating_sub(n))
-            });
+        self.set(self.get().saturating_sub(n));
     }
 
     /// Decrements, never below 0.
     pub fn decr(&self) {
-        let _ = self
-            .0
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
+        self.sub(1);
+    }
+
+    fn set(&self, value: u64) {
+        self.0.store(value, Ordering::Relaxed);
     }
 
     pub fn get(&self) -> u64 {
