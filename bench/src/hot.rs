@@ -37,6 +37,8 @@ struct Outcome {
     seconds: f64,
     /// Commands the server executed during the run (INFO commandstats).
     server_calls: u64,
+    /// CPU time the server used during the run, in µs (INFO cpu, user + system).
+    server_cpu_us: f64,
 }
 
 impl Outcome {
@@ -44,8 +46,16 @@ impl Outcome {
         self.per_client.iter().sum::<u64>() as f64 / self.seconds
     }
 
+    fn grants(&self) -> f64 {
+        self.per_client.iter().sum::<u64>().max(1) as f64
+    }
+
     fn calls_per_grant(&self) -> f64 {
-        self.server_calls as f64 / self.per_client.iter().sum::<u64>().max(1) as f64
+        self.server_calls as f64 / self.grants()
+    }
+
+    fn cpu_per_grant(&self) -> f64 {
+        self.server_cpu_us / self.grants()
     }
 }
 
@@ -107,10 +117,24 @@ fn server_calls(con: &mut redis::Connection) -> RedisResult<u64> {
         .sum())
 }
 
+/// CPU time redis-server has used since it started, in µs (INFO cpu, user + system,
+/// main thread and all).
+fn server_cpu_us(con: &mut redis::Connection) -> RedisResult<f64> {
+    let text: String = redis::cmd("INFO").arg("cpu").query(con)?;
+    Ok(text
+        .lines()
+        .filter_map(|line| line.split_once(':'))
+        .filter(|(name, _)| matches!(*name, "used_cpu_user" | "used_cpu_sys"))
+        .filter_map(|(_, value)| value.trim().parse::<f64>().ok())
+        .sum::<f64>()
+        * 1e6)
+}
+
 fn hot(client: &Client, mode: Mode, clients: usize, seconds: f64) -> RedisResult<Outcome> {
     let mut con = client.get_connection()?;
     let _: i64 = redis::cmd("DEL").arg(KEY).query(&mut con)?;
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut con)?;
+    let cpu_before = server_cpu_us(&mut con)?;
     let start = Arc::new(Barrier::new(clients + 1));
     let duration = Duration::from_secs_f64(seconds);
     let threads: Vec<_> = (0..clients)
@@ -127,18 +151,20 @@ fn hot(client: &Client, mode: Mode, clients: usize, seconds: f64) -> RedisResult
     for t in threads {
         per_client.push(t.join().expect("client thread")?);
     }
+    let server_cpu_us = server_cpu_us(&mut con)? - cpu_before;
     let calls = server_calls(&mut con)?;
     let _: i64 = redis::cmd("DEL").arg(KEY).query(&mut con)?;
     Ok(Outcome {
         per_client,
         seconds,
         server_calls: calls,
+        server_cpu_us,
     })
 }
 
 pub fn run(client: &Client, runs: usize, clients: usize, seconds: f64) -> RedisResult<()> {
-    println!("| run | side | clients | lock grants / s | µs per grant | min per client | max per client | server commands per grant |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| run | side | clients | lock grants / s | µs per grant | min per client | max per client | server commands per grant | server CPU per grant (µs) |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let mut ratios = Vec::new();
     let mut alone_ratios = Vec::new();
     let mut starved = false;
@@ -152,7 +178,7 @@ pub fn run(client: &Client, runs: usize, clients: usize, seconds: f64) -> RedisR
             ("SET NX PX, one poller alone", &alone),
         ] {
             println!(
-                "| {} | {} | {} | {:.0} | {:.1} | {} | {} | {:.1} |",
+                "| {} | {} | {} | {:.0} | {:.1} | {} | {} | {:.1} | {:.1} |",
                 i + 1,
                 side,
                 outcome.per_client.len(),
@@ -161,6 +187,7 @@ pub fn run(client: &Client, runs: usize, clients: usize, seconds: f64) -> RedisR
                 outcome.per_client.iter().min().unwrap_or(&0),
                 outcome.per_client.iter().max().unwrap_or(&0),
                 outcome.calls_per_grant(),
+                outcome.cpu_per_grant(),
             );
         }
         starved |= wait.per_client.contains(&0);
