@@ -117,6 +117,19 @@ fn bad_ttls_are_refused() {
             "ERR",
             "ttl",
         );
+        // Validated whatever the lock's state: also when another owner holds it.
+        assert_refused(
+            &mut con,
+            &[b"LOCK.ACQUIRE", b"held", b"owner-2", ttl],
+            "ERR",
+            "ttl",
+        );
+        assert_refused(
+            &mut con,
+            &[b"LOCK.EXTEND", b"held", b"owner-2", ttl],
+            "ERR",
+            "ttl",
+        );
     }
 }
 
@@ -146,8 +159,24 @@ fn bad_timeouts_and_options_are_refused() {
         args.extend_from_slice(extra);
         args
     };
-    for timeout in [&b"-1"[..], b"x", b"1.5", b"99999999999999999999"] {
+    for timeout in [
+        &b"-1"[..],
+        b"x",
+        b"1.5",
+        b"99999999999999999999",
+        b"9223372036854775807", // fits i64, but now + timeout does not
+    ] {
         let args = acquire_with(&[b"WAIT", timeout]);
+        assert_refused(&mut con, &args, "ERR", "timeout");
+        // On a held key, where the client would block.
+        let args: Vec<&[u8]> = vec![
+            b"LOCK.ACQUIRE",
+            b"held",
+            b"owner-2",
+            b"100",
+            b"WAIT",
+            timeout,
+        ];
         assert_refused(&mut con, &args, "ERR", "timeout");
     }
     assert_refused(&mut con, &acquire_with(&[b"WAIT"]), "ERR", "WAIT");

@@ -45,14 +45,29 @@ pub struct ApplyArgs<'a> {
     pub expires_at: Option<i64>,
 }
 
+/// The largest TTL or WAIT timeout accepted, in ms (about 146 million years): far
+/// beyond any real use, and small enough that `now + it` always fits the `i64` of
+/// Unix milliseconds, for our expiry and for Redis, which adds a blocking timeout
+/// to its clock in C without a check. Checked at parse time, so a call is refused
+/// whatever state its lock is in, as `SET … PX` refuses such a TTL.
+pub const MAX_DURATION_MS: i64 = i64::MAX / 2;
+
 /// A bad argument. `Display` gives the whole error reply, `ERR` prefix included.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ArgError {
     EmptyOwner,
-    OwnerTooLong { len: usize, max: usize },
+    OwnerTooLong {
+        len: usize,
+        max: usize,
+    },
     BadTtl,
-    TtlOverMax { ttl: i64, max: i64 },
+    TtlOverMax {
+        ttl: i64,
+        max: i64,
+    },
     BadTimeout,
+    /// A TTL or timeout over [`MAX_DURATION_MS`]; names which.
+    OutOfRange(&'static str),
     MissingValue(&'static str),
     UnknownOption(String),
     RepeatedOption(&'static str),
@@ -79,6 +94,10 @@ impl fmt::Display for ArgError {
             ArgError::BadTimeout => write!(
                 f,
                 "ERR invalid timeout: expected 0 (no limit) or a positive integer of milliseconds"
+            ),
+            ArgError::OutOfRange(name) => write!(
+                f,
+                "ERR invalid {name}: out of range, at most {MAX_DURATION_MS} ms"
             ),
             ArgError::MissingValue(option) => {
                 write!(f, "ERR syntax error: {option} needs a value")
@@ -145,12 +164,16 @@ pub fn parse_ttl(arg: &[u8], limits: &Limits) -> Result<i64, ArgError> {
             max: limits.max_ttl,
         });
     }
+    if ttl > MAX_DURATION_MS {
+        return Err(ArgError::OutOfRange("ttl"));
+    }
     Ok(ttl)
 }
 
 fn parse_timeout(arg: &[u8]) -> Result<Wait, ArgError> {
     match parse_i64(arg) {
         Some(0) => Ok(Wait::Forever),
+        Some(ms) if ms > MAX_DURATION_MS => Err(ArgError::OutOfRange("timeout")),
         Some(ms) if ms > 0 => Ok(Wait::Millis(ms)),
         _ => Err(ArgError::BadTimeout),
     }
@@ -320,7 +343,32 @@ mod tests {
                 max: 1000
             })
         );
-        assert_eq!(parse_ttl(b"9223372036854775807", &LIMITS), Ok(i64::MAX));
+    }
+
+    #[test]
+    fn ttls_and_timeouts_whose_deadline_could_overflow_are_refused() {
+        let max = MAX_DURATION_MS.to_string();
+        let over = (MAX_DURATION_MS + 1).to_string();
+        assert_eq!(parse_ttl(max.as_bytes(), &LIMITS), Ok(MAX_DURATION_MS));
+        assert_eq!(
+            parse_ttl(over.as_bytes(), &LIMITS),
+            Err(ArgError::OutOfRange("ttl"))
+        );
+        assert_eq!(
+            parse_ttl(b"9223372036854775807", &LIMITS),
+            Err(ArgError::OutOfRange("ttl"))
+        );
+        assert_eq!(
+            parse_acquire(&[b"me", b"1", b"WAIT", max.as_bytes()], &LIMITS).map(|a| a.wait),
+            Ok(Some(Wait::Millis(MAX_DURATION_MS)))
+        );
+        assert_eq!(
+            parse_acquire(&[b"me", b"1", b"WAIT", over.as_bytes()], &LIMITS),
+            Err(ArgError::OutOfRange("timeout"))
+        );
+        // Even the largest deadline fits: now (Unix ms) is far below the bound.
+        let now_ms = 1_800_000_000_000i64;
+        assert!(now_ms.checked_add(MAX_DURATION_MS).is_some());
     }
 
     #[test]
@@ -328,6 +376,8 @@ mod tests {
         let samples = [
             (ArgError::BadTtl, "ttl"),
             (ArgError::BadTimeout, "timeout"),
+            (ArgError::OutOfRange("ttl"), "ttl"),
+            (ArgError::OutOfRange("timeout"), "timeout"),
             (ArgError::EmptyOwner, "owner"),
             (ArgError::UnknownOption("X".into()), "'X'"),
             (ArgError::BadToken, "token"),
