@@ -112,10 +112,19 @@ pub fn enqueue(
     Reply::Blocked
 }
 
+/// How often a hand-off or take-back that found writes paused tries again.
+const PAUSED_RETRY_MS: i64 = 10;
+
 /// Hands the free lock at `key` to the oldest waiter; returns true if it did.
 /// Must run with `db` selected in `ctx`.
 pub fn hand_off(ctx: Ctx, db: i32, key: &[u8]) -> bool {
     if waiters(db, key) == 0 {
+        return false;
+    }
+    if ctx.writes_paused() {
+        // Only timers get here during a pause (the commands that free a lock are
+        // writes, held back by it): look again shortly, until the pause ends.
+        watch_expiry(ctx, db, key, Some(ctx.now_ms() + PAUSED_RETRY_MS - 1));
         return false;
     }
     let mut open = OpenKey::write_bytes(ctx, key);
@@ -220,6 +229,11 @@ pub fn timer_fired(ctx: Ctx, job: TimerJob) {
 
 /// Deletes the lock at `key` if it is still the grant with `token`, then hands it on.
 fn take_back(ctx: Ctx, db: i32, key: &[u8], token: i64) {
+    if ctx.writes_paused() {
+        let key = key.into();
+        ctx.start_timer(PAUSED_RETRY_MS, TimerJob::Undelivered { db, key, token });
+        return;
+    }
     let mut open = OpenKey::write_bytes(ctx, key);
     let ours = matches!(open.slot(), Slot::Lock(lock) if lock.token() == token);
     if ours && open.delete() {

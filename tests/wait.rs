@@ -123,6 +123,51 @@ fn expiry_wakes_the_next_waiter_within_milliseconds() {
 }
 
 #[test]
+fn a_lock_that_expires_while_writes_are_paused_is_handed_off_after_the_pause() {
+    // CLIENT PAUSE WRITE is what FAILOVER and a cluster manual failover use: the
+    // dataset must not change until the pause ends. An expired lock is then still in
+    // the keyspace, although lookups report it gone.
+    let scale = if slow_server() { 10 } else { 1 };
+    let (ttl, pause) = (500 * scale, 2_000 * scale);
+    let server = Server::start();
+    let mut con = server.connection();
+    let held = acquire(&mut con, "job", "holder", ttl).unwrap();
+    let acquired_at = Instant::now();
+    let w = waiter(&server, "job", "waiter", 0);
+    wait_for_waiters(&mut con, "job", 1);
+    let _: () = query(&mut con, &["CLIENT", "PAUSE", &pause.to_string(), "WRITE"]).unwrap();
+    let paused_at = Instant::now();
+    let digest: String = query(&mut con, &["DEBUG", "DIGEST"]).unwrap();
+
+    thread::sleep(
+        Duration::from_millis(ttl as u64 + 300 * scale as u64)
+            .saturating_sub(acquired_at.elapsed()),
+    );
+    let pong: String = query(&mut con, &["PING"]).unwrap();
+    assert_eq!(pong, "PONG");
+    assert!(
+        paused_at.elapsed() < Duration::from_millis(pause as u64),
+        "test too slow"
+    );
+    let during: String = query(&mut con, &["DEBUG", "DIGEST"]).unwrap();
+    assert_eq!(during, digest, "the dataset changed during the pause");
+    assert_eq!(lock_stat(&mut con, "hand_offs"), 0);
+
+    let token = w
+        .join()
+        .unwrap()
+        .expect("the waiter got the lock after the pause");
+    assert!(
+        paused_at.elapsed() >= Duration::from_millis(pause as u64 - 50),
+        "granted during the pause"
+    );
+    assert!(token > held, "{token} after {held}");
+    let info = lock_info(&mut con, "job").unwrap();
+    assert_eq!((info.owner.as_slice(), info.token), (&b"waiter"[..], token));
+    assert_eq!(lock_stat(&mut con, "hand_offs"), 1);
+}
+
+#[test]
 fn an_extended_lock_keeps_its_waiters_waiting() {
     let server = Server::start();
     let mut con = server.connection();

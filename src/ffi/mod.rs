@@ -71,6 +71,7 @@ pub fn missing_required_apis() -> Vec<&'static str> {
         RedisModule_Replicate,
         RedisModule_ReplicateVerbatim,
         RedisModule_GetContextFlags,
+        RedisModule_AvoidReplicaTraffic,
         RedisModule_CreateCommand,
         RedisModule_GetCommand,
         RedisModule_SetCommandInfo,
@@ -142,6 +143,14 @@ impl Ctx {
 
     pub fn raw(self) -> *mut raw::RedisModuleCtx {
         self.0
+    }
+
+    /// True while the server keeps its dataset constant: clients are paused for
+    /// writes (`CLIENT PAUSE WRITE`, FAILOVER, a cluster manual failover). Redis then
+    /// neither expires nor deletes keys, and a write from a timer would both break
+    /// the failover's promise and meet keys that are expired but still present.
+    pub fn writes_paused(self) -> bool {
+        call!(RedisModule_AvoidReplicaTraffic() else 0) != 0
     }
 
     /// Unix time in milliseconds, as Redis sees it for this command.
