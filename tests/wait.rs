@@ -407,6 +407,18 @@ fn an_expiry_hand_off_is_replicated_and_survives_an_aof_restart() {
 
 #[test]
 fn a_grant_whose_client_vanished_before_the_reply_is_taken_back() {
+    take_back_after(None);
+}
+
+#[test]
+fn a_take_back_waits_for_paused_writes_to_resume() {
+    take_back_after(Some(if slow_server() { 10_000 } else { 1_000 }));
+}
+
+/// Hands the lock to a waiter whose connection is killed before it gets the reply,
+/// in one transaction that also pauses writes for `pause_ms`. The grant must be
+/// taken back and passed to the next waiter, after the pause if there is one.
+fn take_back_after(pause_ms: Option<u64>) {
     let server = Server::start();
     let mut con = server.connection();
     acquire(&mut con, "job", "holder", 60_000).unwrap();
@@ -422,11 +434,12 @@ fn a_grant_whose_client_vanished_before_the_reply_is_taken_back() {
             .query::<Option<i64>>(&mut first)
     });
     wait_for_waiters(&mut con, "job", 1);
-    let second = waiter(&server, "job", "second", 10_000);
+    let second = waiter(&server, "job", "second", 0);
     wait_for_waiters(&mut con, "job", 2);
     // The release hands the lock to `first`, whose connection is killed in the same
     // transaction, before Redis can send it the reply.
-    let (released, killed): (i64, i64) = redis::pipe()
+    let mut transaction = redis::pipe();
+    transaction
         .atomic()
         .cmd("LOCK.RELEASE")
         .arg("job")
@@ -434,12 +447,32 @@ fn a_grant_whose_client_vanished_before_the_reply_is_taken_back() {
         .cmd("CLIENT")
         .arg("KILL")
         .arg("ID")
-        .arg(first_id)
-        .query(&mut con)
-        .unwrap();
+        .arg(first_id);
+    if let Some(ms) = pause_ms {
+        transaction
+            .cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(ms)
+            .arg("WRITE")
+            .ignore();
+    }
+    let paused_at = Instant::now();
+    let (released, killed): (i64, i64) = transaction.query(&mut con).unwrap();
     assert_eq!((released, killed), (1, 1));
     assert!(first.join().unwrap().is_err(), "first never got a reply");
+    if let Some(ms) = pause_ms {
+        // During the pause the grant to `first` stays: taking it back is a write.
+        let digest: String = query(&mut con, &["DEBUG", "DIGEST"]).unwrap();
+        thread::sleep(Duration::from_millis(ms / 2));
+        let info = lock_info(&mut con, "job").unwrap();
+        assert_eq!(info.owner.as_slice(), b"first");
+        let during: String = query(&mut con, &["DEBUG", "DIGEST"]).unwrap();
+        assert_eq!(during, digest, "the dataset changed during the pause");
+    }
     let token = second.join().unwrap().expect("second got the lock");
+    if let Some(ms) = pause_ms {
+        assert!(paused_at.elapsed() >= Duration::from_millis(ms - 50));
+    }
     let info = lock_info(&mut con, "job").unwrap();
     assert_eq!((info.owner.as_slice(), info.token), (&b"second"[..], token));
 }
