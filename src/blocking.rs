@@ -14,10 +14,12 @@
 //! In between, a free key with waiters is never free for anyone else: LOCK.ACQUIRE
 //! first hands off to the queue, and only then looks at the lock.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::cluster::migrating_target;
 use crate::commands::Reply;
 use crate::ffi::block::Blocked;
 use crate::ffi::key::{OpenKey, Slot};
@@ -32,8 +34,8 @@ use crate::state::{MINT, STATS};
 pub enum Outcome {
     /// It holds the lock, with this token.
     Token(i64),
-    /// The lock could not be granted (an error reply).
-    Error(&'static str),
+    /// The lock could not be granted here (an error reply, or a redirect).
+    Error(Cow<'static, str>),
 }
 
 /// Work for a module timer.
@@ -151,13 +153,13 @@ pub fn hand_off(ctx: Ctx, db: i32, key: &[u8]) -> bool {
             Some((token, at)) => break (waiter, token, at),
             None => waiter
                 .handle
-                .answer(Outcome::Error("ERR the lock could not be granted")),
+                .answer(Outcome::Error("ERR the lock could not be granted".into())),
         }
     };
     if !(open.set_lock(Lock::new(&waiter.owner, token)) && open.set_expires_at(at)) {
         waiter
             .handle
-            .answer(Outcome::Error("ERR could not store the lock"));
+            .answer(Outcome::Error("ERR could not store the lock".into()));
         return false;
     }
     drop(open);
@@ -204,7 +206,7 @@ pub fn timer_fired(ctx: Ctx, job: TimerJob) {
             // This timer is the queue's current one (a replaced timer is stopped).
             with(|w| w.queues.set_expiry_timer(db, &key, None));
             if ctx.select_db(db) {
-                hand_off(ctx, db, &key);
+                hand_off_from_timer(ctx, db, &key);
             }
         }
         TimerJob::Undelivered { db, key, token } => {
@@ -220,11 +222,43 @@ pub fn timer_fired(ctx: Ctx, job: TimerJob) {
             .unwrap_or_default();
             for (db, key) in marked {
                 if ctx.select_db(db) {
-                    hand_off(ctx, db, &key);
+                    hand_off_from_timer(ctx, db, &key);
                 }
             }
         }
     }
+}
+
+/// A hand-off from a timer: the lock expired, or DEL, MIGRATE, FLUSHALL… removed it.
+///
+/// In a cluster, a free lock in a slot this node is migrating away is not granted
+/// here: MIGRATE may just have carried it, held, to the target, and Redis sends a
+/// client that writes a missing key of such a slot to the target. The waiters are
+/// sent there too, with the same `-ASK` redirect, and queue again behind its holder.
+fn hand_off_from_timer(ctx: Ctx, db: i32, key: &[u8]) {
+    if ctx.in_cluster()
+        && waiters(db, key) > 0
+        && !ctx.writes_paused()
+        && matches!(OpenKey::write_bytes(ctx, key).slot(), Slot::Empty)
+    {
+        let redirect = ctx.cluster_key_slot(key).and_then(|slot| {
+            let nodes = ctx.cluster_nodes()?;
+            let target = migrating_target(&nodes, slot)?;
+            Some(format!("ASK {slot} {target}"))
+        });
+        if let Some(redirect) = redirect {
+            let mut sent = 0;
+            while let Some(waiter) = with(|w| w.queues.pop_front(db, key)).flatten() {
+                waiter
+                    .handle
+                    .answer(Outcome::Error(redirect.clone().into()));
+                sent += 1;
+            }
+            STATS.waiters.sub(sent);
+            return;
+        }
+    }
+    hand_off(ctx, db, key);
 }
 
 /// Deletes the lock at `key` if it is still the grant with `token`, then hands it on.

@@ -4,9 +4,11 @@
 //! Layout: `lock` is the lock itself in plain Rust (rules, tokens, counters);
 //! `commands` parses arguments and applies the rules; `keyspace`, `propagate`,
 //! `events` and `observe` say what the module does with keys, replication, keyspace
-//! events and INFO; `ffi` is the only code that calls the Redis C API.
+//! events and INFO; `cluster` reads the cluster's view of a slot; `ffi` is the only
+//! code that calls the Redis C API.
 
 pub mod blocking;
+pub mod cluster;
 pub mod commands;
 pub mod events;
 pub mod ffi;

@@ -183,6 +183,108 @@ fn resharding_a_slot_carries_held_locks_with_owner_ttl_and_token() {
     assert!(next.token() > high, "{} after {high}", next.token());
 }
 
+#[test]
+fn waiters_of_a_lock_migrated_away_are_sent_after_it_not_granted_it() {
+    let cluster = Cluster::start(3);
+    let key = "job:waited";
+    let slot = cluster.slot(key).to_string();
+    let from = cluster.owner_of(key);
+    let to = (from + 1) % 3;
+    let (from_id, to_id) = (cluster.id(from), cluster.id(to));
+    let mut source = cluster.nodes[from].connection();
+    let mut target = cluster.nodes[to].connection();
+    let held: i64 = query(&mut source, &["LOCK.ACQUIRE", key, "owner-1", "60000"]).unwrap();
+    let mut waiting = cluster.nodes[from].connection();
+    let key_owned = key.to_string();
+    let waiter = std::thread::spawn(move || {
+        redis::cmd("LOCK.ACQUIRE")
+            .arg(key_owned)
+            .arg("owner-2")
+            .arg(60_000)
+            .arg("WAIT")
+            .arg(0)
+            .query::<Option<i64>>(&mut waiting)
+    });
+    common::wait_until(Duration::from_secs(10), || {
+        source
+            .lock_info(key)
+            .unwrap()
+            .is_some_and(|info| info.waiters == 1)
+    });
+
+    let _: () = query(
+        &mut target,
+        &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id],
+    )
+    .unwrap();
+    let _: () = query(
+        &mut source,
+        &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id],
+    )
+    .unwrap();
+    let port = cluster.nodes[to].port.to_string();
+    let _: String = query(
+        &mut source,
+        &["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS", key],
+    )
+    .unwrap();
+
+    // The lock left with its holder: the waiter must not be granted a second one on
+    // the node it left, but sent where the lock went, as Redis sends a client that
+    // writes a key of a migrating slot.
+    let error = waiter
+        .join()
+        .unwrap()
+        .expect_err("the waiter was granted a lock that had moved");
+    assert_eq!(error.code(), Some("ASK"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains(&format!("{slot} 127.0.0.1:{port}")),
+        "{error}"
+    );
+    let left: i64 = query(&mut source, &["CLUSTER", "COUNTKEYSINSLOT", &slot]).unwrap();
+    assert_eq!(left, 0, "a lock was created again on the source");
+    let _: () = query(&mut target, &["ASKING"]).unwrap();
+    let info = target.lock_info(key).unwrap().expect("the lock moved");
+    assert_eq!((info.owner.as_slice(), info.token), (&b"owner-1"[..], held));
+
+    // Once the slot has moved, the waiter queues on the target behind the holder,
+    // and gets the lock when the holder releases it there.
+    for node in &cluster.nodes {
+        let _: () = query(
+            &mut node.connection(),
+            &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id],
+        )
+        .unwrap();
+    }
+    cluster.wait_until_ok();
+    let mut waiting = cluster.nodes[to].connection();
+    let waiter = std::thread::spawn(move || {
+        redis::cmd("LOCK.ACQUIRE")
+            .arg("job:waited")
+            .arg("owner-2")
+            .arg(60_000)
+            .arg("WAIT")
+            .arg(0)
+            .query::<Option<i64>>(&mut waiting)
+    });
+    common::wait_until(Duration::from_secs(10), || {
+        target
+            .lock_info(key)
+            .unwrap()
+            .is_some_and(|info| info.waiters == 1)
+    });
+    let released: i64 = query(&mut target, &["LOCK.RELEASE", key, "owner-1"]).unwrap();
+    assert_eq!(released, 1);
+    let token = waiter
+        .join()
+        .unwrap()
+        .unwrap()
+        .expect("granted on the target");
+    assert!(token > held, "{token} after {held}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_async_client_works_on_a_cluster_connection() {
     let cluster = Cluster::start(3);

@@ -8,6 +8,7 @@
 
 pub mod block;
 pub mod command;
+pub mod commands;
 pub mod datatype;
 pub mod events;
 pub mod info;
