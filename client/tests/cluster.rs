@@ -111,14 +111,51 @@ fn hash_tags_keep_locks_in_one_slot() {
     }
 }
 
+/// Marks `key`'s slot as moving from node `from` to node `to` and moves `key` with
+/// MIGRATE, as `redis-cli --cluster reshard` does; returns the slot.
+fn migrate_key(cluster: &Cluster, key: &str, from: usize, to: usize) -> String {
+    let slot = cluster.slot(key).to_string();
+    let (from_id, to_id) = (cluster.id(from), cluster.id(to));
+    let mut source = cluster.nodes[from].connection();
+    let mut target = cluster.nodes[to].connection();
+    let _: () = query(
+        &mut target,
+        &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id],
+    )
+    .unwrap();
+    let _: () = query(
+        &mut source,
+        &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id],
+    )
+    .unwrap();
+    let port = cluster.nodes[to].port.to_string();
+    let _: String = query(
+        &mut source,
+        &["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS", key],
+    )
+    .unwrap();
+    slot
+}
+
+/// Gives `slot` to node `to` on every node, ending a migration.
+fn finish_migration(cluster: &Cluster, slot: &str, to: usize) {
+    let to_id = cluster.id(to);
+    for node in &cluster.nodes {
+        let _: () = query(
+            &mut node.connection(),
+            &["CLUSTER", "SETSLOT", slot, "NODE", &to_id],
+        )
+        .unwrap();
+    }
+    cluster.wait_until_ok();
+}
+
 #[test]
 fn resharding_a_slot_carries_held_locks_with_owner_ttl_and_token() {
     let cluster = Cluster::start(3);
     let key = "job:reshard";
-    let slot = cluster.slot(key).to_string();
     let from = cluster.owner_of(key);
     let to = (from + 1) % 3;
-    let (from_id, to_id) = (cluster.id(from), cluster.id(to));
     let mut source = cluster.nodes[from].connection();
     let mut target = cluster.nodes[to].connection();
     // A token far above any clock-derived one: only the migrated key can carry it.
@@ -138,30 +175,8 @@ fn resharding_a_slot_carries_held_locks_with_owner_ttl_and_token() {
     )
     .unwrap();
 
-    let _: () = query(
-        &mut target,
-        &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id],
-    )
-    .unwrap();
-    let _: () = query(
-        &mut source,
-        &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id],
-    )
-    .unwrap();
-    let port = cluster.nodes[to].port.to_string();
-    let _: String = query(
-        &mut source,
-        &["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS", key],
-    )
-    .unwrap();
-    for node in &cluster.nodes {
-        let _: () = query(
-            &mut node.connection(),
-            &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id],
-        )
-        .unwrap();
-    }
-    cluster.wait_until_ok();
+    let slot = migrate_key(&cluster, key, from, to);
+    finish_migration(&cluster, &slot, to);
     assert_eq!(cluster.owner_of(key), to);
 
     let info = target.lock_info(key).unwrap().expect("the lock moved");
@@ -187,10 +202,8 @@ fn resharding_a_slot_carries_held_locks_with_owner_ttl_and_token() {
 fn waiters_of_a_lock_migrated_away_are_sent_after_it_not_granted_it() {
     let cluster = Cluster::start(3);
     let key = "job:waited";
-    let slot = cluster.slot(key).to_string();
     let from = cluster.owner_of(key);
     let to = (from + 1) % 3;
-    let (from_id, to_id) = (cluster.id(from), cluster.id(to));
     let mut source = cluster.nodes[from].connection();
     let mut target = cluster.nodes[to].connection();
     let held: i64 = query(&mut source, &["LOCK.ACQUIRE", key, "owner-1", "60000"]).unwrap();
@@ -212,22 +225,8 @@ fn waiters_of_a_lock_migrated_away_are_sent_after_it_not_granted_it() {
             .is_some_and(|info| info.waiters == 1)
     });
 
-    let _: () = query(
-        &mut target,
-        &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id],
-    )
-    .unwrap();
-    let _: () = query(
-        &mut source,
-        &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id],
-    )
-    .unwrap();
-    let port = cluster.nodes[to].port.to_string();
-    let _: String = query(
-        &mut source,
-        &["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS", key],
-    )
-    .unwrap();
+    let slot = migrate_key(&cluster, key, from, to);
+    let port = cluster.nodes[to].port;
 
     // The lock left with its holder: the waiter must not be granted a second one on
     // the node it left, but sent where the lock went, as Redis sends a client that
@@ -251,14 +250,7 @@ fn waiters_of_a_lock_migrated_away_are_sent_after_it_not_granted_it() {
 
     // Once the slot has moved, the waiter queues on the target behind the holder,
     // and gets the lock when the holder releases it there.
-    for node in &cluster.nodes {
-        let _: () = query(
-            &mut node.connection(),
-            &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id],
-        )
-        .unwrap();
-    }
-    cluster.wait_until_ok();
+    finish_migration(&cluster, &slot, to);
     let mut waiting = cluster.nodes[to].connection();
     let waiter = std::thread::spawn(move || {
         redis::cmd("LOCK.ACQUIRE")
