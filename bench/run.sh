@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-RUNS="${RUNS:-3}"
+RUNS="${RUNS:-5}"
 OUT="${OUT:-bench/RESULTS.md}"
 MODULE="$PWD/target/release/libredis_lock.so"
 DRIVER="$PWD/target/release/lock-bench"
