@@ -43,6 +43,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         return Status::Err;
     }
     let ctx = ffi::Ctx::new(ctx.ctx);
+    ffi::datatype::handle_io_errors(ctx);
     if let Err(error) = ffi::command::register(ctx) {
         redis_module::raw::redis_log(ctx.raw(), &format!("lock module: {error}"));
         return Status::Err;

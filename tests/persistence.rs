@@ -173,3 +173,66 @@ fn restore_on_another_server_raises_its_tokens() {
     let elsewhere = acquire(&mut dst, "fresh", "b", 1_000).unwrap();
     assert!(elsewhere > next);
 }
+
+/// A DUMP payload: the value, then the RDB version (2 bytes) and a CRC-64 (8 bytes)
+/// of everything before it. Returns `value` sealed with the footer of `like`.
+fn sealed(value: &[u8], like: &[u8]) -> Vec<u8> {
+    let version = &like[like.len() - 10..like.len() - 8];
+    let mut payload = [value, version].concat();
+    let crc = crc::Crc::<u64>::new(&crc::CRC_64_REDIS).checksum(&payload);
+    payload.extend_from_slice(&crc.to_le_bytes());
+    payload
+}
+
+#[test]
+fn a_corrupt_restore_payload_is_refused_and_the_server_stays_up() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire(&mut con, "k", "owner-1", 60_000).unwrap();
+    let payload: Vec<u8> = query(&mut con, &["DUMP", "k"]).unwrap();
+    let value = &payload[..payload.len() - 10];
+    // The value ends with the token (an opcode, then 0x81 and 8 bytes: tokens are
+    // above 2^32) and the module data's end opcode (0).
+    let token_at = value.len() - 11;
+    assert_eq!(value[token_at + 1], 0x81, "{value:?}");
+    let resealed: Vec<u8> = sealed(value, &payload);
+    assert_eq!(resealed, payload, "the test seals payloads as Redis does");
+
+    let mut wrong_opcode = value.to_vec();
+    wrong_opcode[token_at] = 5; // a string where the token's integer is
+    let mut zero_token = value.to_vec();
+    zero_token[token_at + 2..token_at + 10].fill(0);
+    let corrupt = [
+        ("no token", [&value[..token_at], &[0][..]].concat()),
+        ("a string for the token", wrong_opcode),
+        ("a token of 0", zero_token),
+        (
+            "nothing after the module id",
+            [&value[..10], &[0][..]].concat(),
+        ),
+        ("cut short", value[..value.len() - 5].to_vec()),
+    ];
+    for (what, value) in corrupt {
+        let result: redis::RedisResult<()> = redis::cmd("RESTORE")
+            .arg("copy")
+            .arg(0)
+            .arg(sealed(&value, &payload))
+            .query(&mut con);
+        let error = result.expect_err(what);
+        assert!(
+            error.to_string().contains("Bad data format"),
+            "{what}: {error}"
+        );
+        let pong: String = query(&mut con, &["PING"]).unwrap();
+        assert_eq!(pong, "PONG", "{what}");
+        assert_eq!(lock_info(&mut con, "copy"), None, "{what}");
+    }
+    // The original payload still restores.
+    let _: () = redis::cmd("RESTORE")
+        .arg("copy")
+        .arg(0)
+        .arg(payload)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(lock_info(&mut con, "copy").unwrap().owner, b"owner-1");
+}

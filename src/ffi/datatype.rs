@@ -7,7 +7,7 @@ use std::ptr;
 
 use redis_module::{native_types::RedisType, raw};
 
-use super::{call, ERR, OK};
+use super::{call, Ctx, ERR, OK};
 use crate::keyspace;
 use crate::lock::Lock;
 
@@ -44,6 +44,14 @@ pub fn lock_type() -> *mut raw::RedisModuleType {
         .raw_type
         .try_borrow()
         .map_or(ptr::null_mut(), |t| *t)
+}
+
+/// Tells Redis that the loaders check `RedisModule_IsIOError` and give up cleanly.
+/// Without it Redis treats any short or malformed read of our type as a corrupt RDB
+/// and exits, also for a RESTORE payload a client sent: with it, RESTORE replies
+/// `Bad data format` as for Redis's own types.
+pub fn handle_io_errors(ctx: Ctx) {
+    call!(RedisModule_SetModuleOptions(ctx.raw(), raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as i32) else ());
 }
 
 /// # Safety
