@@ -33,6 +33,8 @@ pub struct Report {
     pub completed: usize,
     pub accepted_writes: usize,
     pub rejected_writes: usize,
+    /// Grants whose reply came after the lock had moved on: they held nothing.
+    pub stale_grants: usize,
     pub overlaps: Vec<String>,
     pub token_regressions: Vec<String>,
     pub duplicate_tokens: Vec<String>,
@@ -112,6 +114,7 @@ pub fn check(records: &Records) -> Report {
             .iter()
             .filter(|h| h.accepted == Some(false))
             .count();
+        report.stale_grants += holdings.iter().filter(|h| h.held().0 == h.held().1).count();
         let mut sorted: Vec<&Holding> = holdings.iter().collect();
         sorted.sort_by_key(|h| h.held().0);
         for (i, a) in sorted.iter().enumerate() {
@@ -124,7 +127,12 @@ pub fn check(records: &Records) -> Report {
                         a.token, b.token
                     ));
                 }
-                if a_end <= b_start && a.token >= b.token {
+                // Only holdings that certainly held count: a grant whose reply came
+                // after its lock had moved on (the worker was paused, or the server
+                // restarted, between grant and reply) held nothing, and its older
+                // token is no regression.
+                let both_held = a_start < a_end && b_start < b_end;
+                if both_held && a_end <= b_start && a.token >= b.token {
                     report.token_regressions.push(format!(
                         "{key}: token {} held before token {}",
                         a.token, b.token
@@ -186,6 +194,19 @@ mod tests {
             holding(2, 110, 210, Some(120)),
         ]));
         assert!(report.overlaps.is_empty(), "{report:?}");
+    }
+
+    #[test]
+    fn a_stale_grant_that_held_nothing_is_no_regression() {
+        // Token 3's reply arrived at 200, after token 5 came and went; LOCK.INFO then
+        // showed another holder, so its interval is empty (expires = granted).
+        let report = check(&one_key(vec![
+            holding(5, 0, 100, Some(10)),
+            holding(3, 200, 200, Some(210)),
+        ]));
+        assert!(report.token_regressions.is_empty(), "{report:?}");
+        assert!(report.overlaps.is_empty(), "{report:?}");
+        assert_eq!(report.stale_grants, 1);
     }
 
     #[test]

@@ -242,6 +242,7 @@ pub fn run(options: Options) -> i32 {
     println!("  holdings completed:     {}", report.completed);
     println!("  writes accepted:        {}", report.accepted_writes);
     println!("  stale writes rejected:  {}", report.rejected_writes);
+    println!("  grants that came stale: {}", report.stale_grants);
     println!("  faults injected:        {kills} workers killed, {restarts} server restarts, {pauses} holders paused");
     println!("  overlaps found:         {}", report.overlaps.len());
     println!(
