@@ -277,6 +277,51 @@ fn waiters_of_a_lock_migrated_away_are_sent_after_it_not_granted_it() {
     assert!(token > held, "{token} after {held}");
 }
 
+#[test]
+fn a_cluster_client_waiting_through_a_migration_follows_the_lock() {
+    let cluster = Cluster::start(3);
+    let key = "job:follow";
+    let from = cluster.owner_of(key);
+    let to = (from + 1) % 3;
+    let mut source = cluster.nodes[from].connection();
+    let held: i64 = query(&mut source, &["LOCK.ACQUIRE", key, "owner-1", "60000"]).unwrap();
+    let mut waiting = ClusterClient::new(cluster.urls())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let waiter = std::thread::spawn(move || {
+        waiting
+            .acquire("job:follow", TTL, Duration::ZERO)
+            .map(|lock| lock.map(|lock| lock.token()))
+    });
+    common::wait_until(Duration::from_secs(10), || {
+        source
+            .lock_info(key)
+            .unwrap()
+            .is_some_and(|info| info.waiters == 1)
+    });
+    let slot = migrate_key(&cluster, key, from, to);
+    // The client follows the -ASK by itself and queues on the target behind the
+    // holder, which still holds the lock there.
+    let mut target = cluster.nodes[to].connection();
+    common::wait_until(Duration::from_secs(10), || {
+        let _: () = query(&mut target, &["ASKING"]).unwrap();
+        target
+            .lock_info(key)
+            .unwrap()
+            .is_some_and(|info| info.waiters == 1)
+    });
+    finish_migration(&cluster, &slot, to);
+    let released: i64 = query(&mut target, &["LOCK.RELEASE", key, "owner-1"]).unwrap();
+    assert_eq!(released, 1);
+    let token = waiter
+        .join()
+        .unwrap()
+        .unwrap()
+        .expect("granted on the target");
+    assert!(token > held, "{token} after {held}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_async_client_works_on_a_cluster_connection() {
     let cluster = Cluster::start(3);
