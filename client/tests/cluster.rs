@@ -261,20 +261,8 @@ fn waiters_of_a_lock_migrated_away_are_sent_after_it_not_granted_it() {
             .arg(0)
             .query::<Option<i64>>(&mut waiting)
     });
-    common::wait_until(Duration::from_secs(10), || {
-        target
-            .lock_info(key)
-            .unwrap()
-            .is_some_and(|info| info.waiters == 1)
-    });
-    let released: i64 = query(&mut target, &["LOCK.RELEASE", key, "owner-1"]).unwrap();
-    assert_eq!(released, 1);
-    let token = waiter
-        .join()
-        .unwrap()
-        .unwrap()
-        .expect("granted on the target");
-    assert!(token > held, "{token} after {held}");
+    wait_for_one_waiter(&mut target, key, false);
+    release_to_the_waiter(&mut target, key, waiter, held);
 }
 
 #[test]
@@ -294,25 +282,37 @@ fn a_cluster_client_waiting_through_a_migration_follows_the_lock() {
             .acquire("job:follow", TTL, Duration::ZERO)
             .map(|lock| lock.map(|lock| lock.token()))
     });
-    common::wait_until(Duration::from_secs(10), || {
-        source
-            .lock_info(key)
-            .unwrap()
-            .is_some_and(|info| info.waiters == 1)
-    });
+    wait_for_one_waiter(&mut source, key, false);
     let slot = migrate_key(&cluster, key, from, to);
     // The client follows the -ASK by itself and queues on the target behind the
     // holder, which still holds the lock there.
     let mut target = cluster.nodes[to].connection();
+    wait_for_one_waiter(&mut target, key, true);
+    finish_migration(&cluster, &slot, to);
+    release_to_the_waiter(&mut target, key, waiter, held);
+}
+
+/// Waits until one client waits for `key` on `node` (`asking`: the slot is being
+/// imported there, so each look needs ASKING).
+fn wait_for_one_waiter(node: &mut redis::Connection, key: &str, asking: bool) {
     common::wait_until(Duration::from_secs(10), || {
-        let _: () = query(&mut target, &["ASKING"]).unwrap();
-        target
-            .lock_info(key)
+        if asking {
+            let _: () = query(node, &["ASKING"]).unwrap();
+        }
+        node.lock_info(key)
             .unwrap()
             .is_some_and(|info| info.waiters == 1)
     });
-    finish_migration(&cluster, &slot, to);
-    let released: i64 = query(&mut target, &["LOCK.RELEASE", key, "owner-1"]).unwrap();
+}
+
+/// owner-1 releases `key` on `node`; the waiter gets it with a token above `held`.
+fn release_to_the_waiter<E: std::fmt::Debug>(
+    node: &mut redis::Connection,
+    key: &str,
+    waiter: std::thread::JoinHandle<Result<Option<i64>, E>>,
+    held: i64,
+) {
+    let released: i64 = query(node, &["LOCK.RELEASE", key, "owner-1"]).unwrap();
     assert_eq!(released, 1);
     let token = waiter
         .join()
