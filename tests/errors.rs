@@ -105,31 +105,13 @@ fn bad_ttls_are_refused() {
         b"9223372036854775807", // fits i64, but now + ttl does not
     ] {
         assert_refused(&mut con, &[b"LOCK.ACQUIRE", b"k", b"o", ttl], "ERR", "ttl");
-        assert_refused(
-            &mut con,
-            &[b"LOCK.ACQUIRE", b"held", b"owner-1", ttl],
-            "ERR",
-            "ttl",
-        );
-        assert_refused(
-            &mut con,
-            &[b"LOCK.EXTEND", b"held", b"owner-1", ttl],
-            "ERR",
-            "ttl",
-        );
-        // Validated whatever the lock's state: also when another owner holds it.
-        assert_refused(
-            &mut con,
-            &[b"LOCK.ACQUIRE", b"held", b"owner-2", ttl],
-            "ERR",
-            "ttl",
-        );
-        assert_refused(
-            &mut con,
-            &[b"LOCK.EXTEND", b"held", b"owner-2", ttl],
-            "ERR",
-            "ttl",
-        );
+        // On a held lock, by its holder and (validated whatever the lock's state)
+        // by another owner.
+        for owner in [&b"owner-1"[..], b"owner-2"] {
+            for command in [&b"LOCK.ACQUIRE"[..], b"LOCK.EXTEND"] {
+                assert_refused(&mut con, &[command, b"held", owner, ttl], "ERR", "ttl");
+            }
+        }
     }
 }
 
