@@ -128,7 +128,7 @@ fn a_lock_that_expires_while_writes_are_paused_is_handed_off_after_the_pause() {
     // dataset must not change until the pause ends. An expired lock is then still in
     // the keyspace, although lookups report it gone.
     let scale = if slow_server() { 10 } else { 1 };
-    let (ttl, pause) = (500 * scale, 2_000 * scale);
+    let (ttl, pause) = (1_000 * scale, 2_500 * scale);
     let server = Server::start();
     let mut con = server.connection();
     let held = acquire(&mut con, "job", "holder", ttl).unwrap();
@@ -137,6 +137,8 @@ fn a_lock_that_expires_while_writes_are_paused_is_handed_off_after_the_pause() {
     wait_for_waiters(&mut con, "job", 1);
     let _: () = query(&mut con, &["CLIENT", "PAUSE", &pause.to_string(), "WRITE"]).unwrap();
     let paused_at = Instant::now();
+    let before = lock_info(&mut con, "job").expect("still held when the pause began");
+    assert_eq!(before.owner, b"holder");
     let digest: String = query(&mut con, &["DEBUG", "DIGEST"]).unwrap();
 
     thread::sleep(
