@@ -111,6 +111,22 @@ fn hash_tags_keep_locks_in_one_slot() {
     }
 }
 
+/// The node that serves `key`, the node a resharding will move it to, and a
+/// connection to each.
+fn source_and_target(
+    cluster: &Cluster,
+    key: &str,
+) -> (usize, usize, redis::Connection, redis::Connection) {
+    let from = cluster.owner_of(key);
+    let to = (from + 1) % 3;
+    (
+        from,
+        to,
+        cluster.nodes[from].connection(),
+        cluster.nodes[to].connection(),
+    )
+}
+
 /// Marks `key`'s slot as moving from node `from` to node `to` and moves `key` with
 /// MIGRATE, as `redis-cli --cluster reshard` does; returns the slot.
 fn migrate_key(cluster: &Cluster, key: &str, from: usize, to: usize) -> String {
@@ -154,10 +170,7 @@ fn finish_migration(cluster: &Cluster, slot: &str, to: usize) {
 fn resharding_a_slot_carries_held_locks_with_owner_ttl_and_token() {
     let cluster = Cluster::start(3);
     let key = "job:reshard";
-    let from = cluster.owner_of(key);
-    let to = (from + 1) % 3;
-    let mut source = cluster.nodes[from].connection();
-    let mut target = cluster.nodes[to].connection();
+    let (from, to, mut source, mut target) = source_and_target(&cluster, key);
     // A token far above any clock-derived one: only the migrated key can carry it.
     let high = 100_000_000_000_000_000_i64;
     let (secs, _): (i64, i64) = query(&mut source, &["TIME"]).unwrap();
@@ -202,10 +215,7 @@ fn resharding_a_slot_carries_held_locks_with_owner_ttl_and_token() {
 fn waiters_of_a_lock_migrated_away_are_sent_after_it_not_granted_it() {
     let cluster = Cluster::start(3);
     let key = "job:waited";
-    let from = cluster.owner_of(key);
-    let to = (from + 1) % 3;
-    let mut source = cluster.nodes[from].connection();
-    let mut target = cluster.nodes[to].connection();
+    let (from, to, mut source, mut target) = source_and_target(&cluster, key);
     let held: i64 = query(&mut source, &["LOCK.ACQUIRE", key, "owner-1", "60000"]).unwrap();
     let mut waiting = cluster.nodes[from].connection();
     let key_owned = key.to_string();
@@ -269,9 +279,7 @@ fn waiters_of_a_lock_migrated_away_are_sent_after_it_not_granted_it() {
 fn a_cluster_client_waiting_through_a_migration_follows_the_lock() {
     let cluster = Cluster::start(3);
     let key = "job:follow";
-    let from = cluster.owner_of(key);
-    let to = (from + 1) % 3;
-    let mut source = cluster.nodes[from].connection();
+    let (from, to, mut source, _) = source_and_target(&cluster, key);
     let held: i64 = query(&mut source, &["LOCK.ACQUIRE", key, "owner-1", "60000"]).unwrap();
     let mut waiting = ClusterClient::new(cluster.urls())
         .unwrap()

@@ -45,12 +45,6 @@ impl Drop for CallReply {
 }
 
 impl Ctx {
-    /// True when the server runs in cluster mode.
-    pub fn in_cluster(self) -> bool {
-        let flags = call!(RedisModule_GetContextFlags(self.raw()) else 0) as u32;
-        flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
-    }
-
     /// `CLUSTER KEYSLOT key`: the hash slot of `key`.
     pub fn cluster_key_slot(self, key: &[u8]) -> Option<i64> {
         // SAFETY: reading a function pointer that Redis filled in at load time.

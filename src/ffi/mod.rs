@@ -154,6 +154,12 @@ impl Ctx {
         call!(RedisModule_AvoidReplicaTraffic() else 0) != 0
     }
 
+    /// True when the server runs in cluster mode.
+    pub fn in_cluster(self) -> bool {
+        let flags = call!(RedisModule_GetContextFlags(self.0) else 0) as u32;
+        flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
+    }
+
     /// Unix time in milliseconds, as Redis sees it for this command.
     pub fn now_ms(self) -> i64 {
         call!(RedisModule_Milliseconds() else 0)
