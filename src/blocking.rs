@@ -13,6 +13,9 @@
 //!
 //! In between, a free key with waiters is never free for anyone else: LOCK.ACQUIRE
 //! first hands off to the queue, and only then looks at the lock.
+//!
+//! A key overwritten by a value of another type ends its queue: every waiter gets the
+//! WRONGTYPE an acquire of that key gets.
 
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -20,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::cluster::migrating_target;
-use crate::commands::Reply;
+use crate::commands::{Reply, WRONGTYPE};
 use crate::ffi::block::Blocked;
 use crate::ffi::key::{OpenKey, Slot};
 use crate::ffi::{Arg, Ctx};
@@ -130,12 +133,23 @@ pub fn hand_off(ctx: Ctx, db: i32, key: &[u8]) -> bool {
         return false;
     }
     let mut open = OpenKey::write_bytes(ctx, key);
-    let expiry = open.expires_at();
-    if !matches!(open.slot(), Slot::Empty) {
-        // Still held (or now another type): watch the expiry it has now.
-        drop(open);
-        watch_expiry(ctx, db, key, expiry);
-        return false;
+    match open.slot() {
+        Slot::Empty => {}
+        Slot::Lock(_) => {
+            // Still held: watch the expiry it has now.
+            let expiry = open.expires_at();
+            drop(open);
+            watch_expiry(ctx, db, key, expiry);
+            return false;
+        }
+        Slot::OtherType => {
+            // Overwritten by a value of another type (SET, RESTORE REPLACE, RENAME
+            // onto it…): the waiters' acquire meets that value now, and gets what
+            // an acquire of it gets, instead of waiting on a lock that is gone.
+            drop(open);
+            answer_all(ctx, db, key, &Outcome::Error(WRONGTYPE.into()));
+            return false;
+        }
     }
     let now = ctx.now_ms();
     // The oldest waiter that can be granted; one whose grant cannot be made (tokens
@@ -247,18 +261,24 @@ fn hand_off_from_timer(ctx: Ctx, db: i32, key: &[u8]) {
             Some(format!("ASK {slot} {target}"))
         });
         if let Some(redirect) = redirect {
-            let mut sent = 0;
-            while let Some(waiter) = with(|w| w.queues.pop_front(db, key)).flatten() {
-                waiter
-                    .handle
-                    .answer(Outcome::Error(redirect.clone().into()));
-                sent += 1;
-            }
-            STATS.waiters.sub(sent);
+            answer_all(ctx, db, key, &Outcome::Error(redirect.into()));
             return;
         }
     }
     hand_off(ctx, db, key);
+}
+
+/// Answers every waiter on `key` with `outcome`: its queue is gone, with its timer.
+fn answer_all(ctx: Ctx, db: i32, key: &[u8], outcome: &Outcome) {
+    if let Some(timer) = with(|w| w.queues.set_expiry_timer(db, key, None)).flatten() {
+        ctx.stop_timer(timer);
+    }
+    let mut sent = 0;
+    while let Some(waiter) = with(|w| w.queues.pop_front(db, key)).flatten() {
+        waiter.handle.answer(outcome.clone());
+        sent += 1;
+    }
+    STATS.waiters.sub(sent);
 }
 
 /// Deletes the lock at `key` if it is still the grant with `token`, then hands it on.

@@ -320,6 +320,55 @@ fn a_free_lock_is_granted_at_once_and_the_holder_refreshes() {
 }
 
 #[test]
+fn waiters_get_wrongtype_when_the_lock_is_overwritten_by_another_type() {
+    // SET over the lock, and RENAME of a string onto it: the lock is gone and the
+    // key holds what an acquire answers WRONGTYPE to. Waiters (one without a time
+    // limit) hear so at once instead of waiting on a lock that no longer exists.
+    let overwrites: [&[&str]; 2] = [&["SET", "job", "text"], &["RENAME", "other", "job"]];
+    for overwrite in overwrites {
+        let server = Server::start();
+        let mut con = server.connection();
+        let _: () = query(&mut con, &["SET", "other", "text"]).unwrap();
+        acquire(&mut con, "job", "holder", 60_000).unwrap();
+        let waiters: Vec<_> = [10_000, 0]
+            .into_iter()
+            .map(|timeout| {
+                let mut wcon = server.connection();
+                thread::spawn(move || {
+                    let started = Instant::now();
+                    let reply = redis::cmd("LOCK.ACQUIRE")
+                        .arg("job")
+                        .arg(format!("waiter-{timeout}"))
+                        .arg(30_000)
+                        .arg("WAIT")
+                        .arg(timeout)
+                        .query::<Option<i64>>(&mut wcon);
+                    (reply, started.elapsed())
+                })
+            })
+            .collect();
+        wait_for_waiters(&mut con, "job", 2);
+        let _: () = query(&mut con, overwrite).unwrap();
+        for w in waiters {
+            let (reply, waited) = w.join().unwrap();
+            let error = reply.expect_err("the waiter was answered with an error");
+            assert_eq!(error.code(), Some("WRONGTYPE"), "{overwrite:?}: {error}");
+            assert!(
+                waited < Duration::from_secs(5),
+                "{overwrite:?}: after {waited:?}"
+            );
+        }
+        assert_eq!(lock_stat(&mut con, "waiters"), 0, "{overwrite:?}");
+        assert_eq!(lock_stat(&mut con, "hand_offs"), 0, "{overwrite:?}");
+        let value: String = query(&mut con, &["GET", "job"]).unwrap();
+        assert_eq!(
+            value, "text",
+            "{overwrite:?}: nobody wrote over the new value"
+        );
+    }
+}
+
+#[test]
 fn a_newcomer_cannot_slip_in_ahead_of_the_queue() {
     let server = Server::start();
     let mut con = server.connection();
