@@ -1,9 +1,19 @@
-//! What a write sends to replicas and the AOF: its effect, with the absolute expiry
-//! and the token handed out, never a command whose result depends on when or where
-//! it runs.
+//! What a write tells the rest of the server.
+//!
+//! Replicas and the AOF get its effect, with the absolute expiry and the token handed
+//! out, never a command whose result depends on when or where it runs.
+//!
+//! Keyspace-event subscribers get one event per write, named after that effect, so a
+//! master and its replicas (which run the effect) send the same events:
+//! `lock.acquire` (class `d`) for a grant, `expire` (class `g`) for a new expiry of a
+//! held lock, `del` (class `g`) for a release. Redis itself sends `expired`, `evicted`
+//! and `del` when a lock leaves in its other ways.
 
-use crate::ffi::{Arg, Ctx};
+use crate::ffi::{Arg, Ctx, EventClass};
 use crate::keyspace::APPLY_COMMAND;
+
+/// The event of a grant, on the master and wherever LOCK.APPLY runs.
+pub const GRANT_EVENT: &std::ffi::CStr = c"lock.acquire";
 
 /// A fresh grant: `LOCK.APPLY key owner token PXAT expires_at`.
 pub fn grant(ctx: Ctx, key: Arg<'_>, owner: Arg<'_>, token: i64, expires_at: i64) {
@@ -17,14 +27,17 @@ pub fn grant(ctx: Ctx, key: Arg<'_>, owner: Arg<'_>, token: i64, expires_at: i64
             Arg::Int(expires_at),
         ],
     );
+    ctx.notify(EventClass::Module, GRANT_EVENT, key);
 }
 
 /// A new expiry of a held lock (refresh by its holder, EXTEND).
 pub fn expiry(ctx: Ctx, key: Arg<'_>, expires_at: i64) {
     ctx.replicate(c"PEXPIREAT", &[key, Arg::Int(expires_at)]);
+    ctx.notify(EventClass::Generic, c"expire", key);
 }
 
 /// A release: the key is gone.
 pub fn release(ctx: Ctx, key: Arg<'_>) {
     ctx.replicate(c"DEL", &[key]);
+    ctx.notify(EventClass::Generic, c"del", key);
 }

@@ -156,3 +156,67 @@ fn a_coordinated_failover_keeps_tokens_increasing() {
         "the old master is a replica now"
     );
 }
+
+/// Subscribes `con` to the keyspace events of `key` in database 0.
+fn subscribe(con: &mut Connection, key: &str) {
+    let _: () = query(con, &["CONFIG", "SET", "notify-keyspace-events", "KA"]).unwrap();
+    let _: () = redis::cmd("SUBSCRIBE")
+        .arg(format!("__keyspace@0__:{key}"))
+        .exec(con)
+        .unwrap();
+}
+
+/// The next `n` keyspace events `con` was sent (it subscribed with [`subscribe`]).
+fn events(con: &mut Connection, n: usize) -> Vec<String> {
+    con.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut pubsub = con.as_pubsub();
+    (0..n)
+        .map(|_| pubsub.get_message().unwrap().get_payload().unwrap())
+        .collect()
+}
+
+#[test]
+fn master_and_replica_send_the_same_keyspace_events() {
+    let (master, replica) = pair();
+    let mut m = master.connection();
+    let (mut m_events, mut r_events) = (master.connection(), replica.connection());
+    subscribe(&mut m_events, "job");
+    subscribe(&mut r_events, "job");
+
+    acquire(&mut m, "job", "holder", 60_000).unwrap(); // grant
+    acquire(&mut m, "job", "holder", 60_000).unwrap(); // refresh
+    assert_eq!(extend(&mut m, "job", "holder", 60_000), 1);
+    let mut wcon = master.connection();
+    let waiter = std::thread::spawn(move || {
+        redis::cmd("LOCK.ACQUIRE")
+            .arg("job")
+            .arg("waiter")
+            .arg(60_000)
+            .arg("WAIT")
+            .arg(10_000)
+            .query::<Option<i64>>(&mut wcon)
+    });
+    wait_until(Duration::from_secs(5), || {
+        lock_info(&mut m, "job").is_some_and(|info| info.waiters == 1)
+    });
+    assert_eq!(release(&mut m, "job", "holder"), 1); // release, then the hand-off
+    assert!(waiter.join().unwrap().unwrap().is_some());
+    // Calls that change nothing send nothing (an event here would shift the rest).
+    assert_eq!(release(&mut m, "job", "nobody"), 0);
+    assert_eq!(extend(&mut m, "job", "nobody", 1_000), 0);
+    assert_eq!(extend(&mut m, "job", "waiter", 60_000), 1);
+    assert_eq!(release(&mut m, "job", "waiter"), 1);
+    sync(&mut m);
+
+    let expected = [
+        "lock.acquire", // grant
+        "expire",       // refresh by the holder
+        "expire",       // extend
+        "del",          // release
+        "lock.acquire", // hand-off to the waiter
+        "expire",       // the waiter's extend
+        "del",          // the waiter's release
+    ];
+    assert_eq!(events(&mut m_events, expected.len()), expected, "master");
+    assert_eq!(events(&mut r_events, expected.len()), expected, "replica");
+}

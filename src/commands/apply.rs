@@ -6,8 +6,9 @@
 use super::args::parse_apply;
 use super::{key_and_rest, Command, KeyAccess, Reply, MAX_ARGS};
 use crate::ffi::key::OpenKey;
-use crate::ffi::{Args, Ctx};
+use crate::ffi::{Arg, Args, Ctx, EventClass};
 use crate::lock::Lock;
+use crate::propagate::GRANT_EVENT;
 use crate::state::MINT;
 
 pub const COMMAND: Command = Command {
@@ -44,5 +45,6 @@ fn apply(ctx: Ctx, args: &Args) -> Reply {
         }
     }
     ctx.replicate_verbatim();
+    ctx.notify(EventClass::Module, GRANT_EVENT, Arg::Str(key));
     Reply::Ok
 }

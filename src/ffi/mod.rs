@@ -106,6 +106,7 @@ pub fn missing_required_apis() -> Vec<&'static str> {
         RedisModule_GetDbIdFromOptCtx,
         RedisModule_GetDetachedThreadSafeContext,
         RedisModule_CreateStringFromLongLong,
+        RedisModule_NotifyKeyspaceEvent,
     )
 }
 
@@ -210,6 +211,29 @@ impl Ctx {
             .collect();
         let line = CString::new(line).unwrap_or_default();
         call!(RedisModule_ReplyWithError(self.0, line.as_ptr()) else ERR);
+    }
+
+    /// Sends the keyspace event `event` of `class` about `key` to `notify-keyspace-events`
+    /// subscribers (pub/sub) and to modules that listen, as built-in writes do.
+    pub fn notify(self, class: EventClass, event: &CStr, key: Arg<'_>) {
+        let class = match class {
+            EventClass::Generic => raw::REDISMODULE_NOTIFY_GENERIC,
+            EventClass::Module => raw::REDISMODULE_NOTIFY_MODULE,
+        } as c_int;
+        let send = |key: *mut raw::RedisModuleString| {
+            call!(RedisModule_NotifyKeyspaceEvent(self.0, class, event.as_ptr(), key) else ERR);
+        };
+        match key {
+            Arg::Str(key) => send(key.as_ptr()),
+            Arg::Bytes(bytes) => {
+                let key = call!(RedisModule_CreateString(self.0, bytes.as_ptr().cast(), bytes.len()) else ptr::null_mut());
+                if !key.is_null() {
+                    send(key);
+                    call!(RedisModule_FreeString(self.0, key) else ());
+                }
+            }
+            Arg::Int(_) => {}
+        }
     }
 
     /// Propagates the current command exactly as it was called.
@@ -327,6 +351,15 @@ type ReplicateFn = unsafe extern "C" fn(
     *const std::ffi::c_char,
     ...
 ) -> c_int;
+
+/// The class of a keyspace event: the letter that enables it in `notify-keyspace-events`.
+#[derive(Clone, Copy)]
+pub enum EventClass {
+    /// `g`: generic commands (`del`, `expire`…).
+    Generic,
+    /// `d`: events of module data types.
+    Module,
+}
 
 /// One argument of a propagated command.
 #[derive(Clone, Copy)]
