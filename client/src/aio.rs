@@ -4,21 +4,25 @@
 //!
 //! Waiting (`WAIT`) keeps the command open until the lock frees: use a connection whose
 //! response timeout is longer than the wait (redis-rs's async default is 500 ms;
-//! `AsyncConnectionConfig::set_response_timeout(None)` removes it). A client-side
-//! timeout is retried like any connection error, as the same owner, so it is safe.
+//! `AsyncConnectionConfig::set_response_timeout(None)` removes it). If that timeout
+//! runs out first, the acquire fails with [`Error::ResponseTimeout`] and withdraws the
+//! request, so no lock is left with an owner nobody knows.
 
 use std::future::Future;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use crate::error::{is_connection_error, Error, Result};
+use crate::error::{Error, Result};
 use crate::lock::{
     extend_command, info_command, parse_info, release_command, wait_replicas_command, Lock,
-    LockInfo, Request,
+    LockInfo, Next, Request,
 };
 use crate::renew::{self, LockLost};
 use crate::sync::Locked;
+
+/// How long a failed acquire waits for the reply to its withdrawal.
+const WITHDRAW_LIMIT: Duration = Duration::from_secs(1);
 
 /// The lock commands, for every async connection. Import the trait and `.await`
 /// them on the connection, as with [`redis::AsyncCommands`].
@@ -80,13 +84,21 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
                         self.release(&lock).await?;
                         return Ok(None);
                     }
-                    Err(error)
-                        if is_connection_error(&error) && attempt < request.retry.attempts =>
-                    {
-                        tokio::time::sleep(request.retry.delay(attempt)).await;
-                        attempt += 1;
-                    }
-                    Err(error) => return Err(error.into()),
+                    Err(error) => match request.after_failure(error, attempt) {
+                        Next::Retry(delay) => {
+                            tokio::time::sleep(delay).await;
+                            attempt += 1;
+                        }
+                        Next::Fail(error, withdraw) => {
+                            if let Some(withdraw) = withdraw {
+                                // Sent on the first poll; its reply may come only
+                                // after the wait it follows, and is not needed.
+                                let sent = withdraw.query_async::<i64>(self);
+                                let _ = tokio::time::timeout(WITHDRAW_LIMIT, sent).await;
+                            }
+                            return Err(error);
+                        }
+                    },
                 }
             }
         }

@@ -18,6 +18,18 @@ pub enum Error {
     /// The connection failed or timed out, and retrying did not help.
     #[error("connection to the server lost: {0}")]
     Connection(RedisError),
+    /// No reply came within the connection's own response timeout while the
+    /// acquire waited in the server (`WAIT`). redis-rs async connections time out
+    /// after 500 ms by default: a longer wait needs a connection without that limit
+    /// (`AsyncConnectionConfig::set_response_timeout(None)`). Any lock the request
+    /// still got was released.
+    #[error(
+        "no reply within the connection's response timeout while waiting in the \
+         server; redis-rs async connections time out after 500 ms by default, so a \
+         longer wait needs AsyncConnectionConfig::set_response_timeout(None); any lock \
+         the request still got was released ({0})"
+    )]
+    ResponseTimeout(RedisError),
     /// The lock is no longer held by this owner (it expired, or an administrator
     /// deleted it): work guarded by it must stop.
     #[error("the lock {key:?} is no longer held by this owner")]

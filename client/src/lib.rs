@@ -9,7 +9,8 @@
 //!   always releases it; the async one renews the lock while the work runs and
 //!   signals [`LockLost`] the moment it is gone. [`Renewer`] does the same for threads.
 //! - A retried acquire is safe: the same owner gets the same token back, so the
-//!   client retries on connection errors instead of giving up.
+//!   client retries on connection errors instead of giving up; when it does give
+//!   up, it releases its fresh owner id, so no lock is left with an unknown owner.
 //! - [`Request::durable`] waits for replicas to acknowledge a grant; [`Redlock`]
 //!   holds one lock on a majority of independent servers.
 //!

@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use rand::Rng;
-use redis::{Cmd, Value};
+use redis::{Cmd, RedisError, Value};
 
-use crate::error::{Error, Result};
+use crate::error::{is_connection_error, Error, Result};
 
 /// A lock this process holds: its key, the owner id it was taken with, and its
 /// fencing token. Send the token with every write the lock guards, and have the
@@ -63,6 +63,8 @@ pub struct Request {
     pub(crate) wait: Option<Duration>,
     pub(crate) retry: Retry,
     pub(crate) durable: Option<Durable>,
+    /// The owner came from the caller, who may hold the lock under it already.
+    pub(crate) owner_given: bool,
 }
 
 /// How many replicas must acknowledge a grant, and how long to wait for them.
@@ -84,6 +86,7 @@ impl Request {
             wait: None,
             retry: Retry::default(),
             durable: None,
+            owner_given: false,
         }
     }
 
@@ -121,6 +124,7 @@ impl Request {
     /// token back (a retry after a timeout learns it already holds the lock).
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
         self.owner = owner.into();
+        self.owner_given = true;
         self
     }
 
@@ -133,6 +137,37 @@ impl Request {
         cmd
     }
 
+    /// What to do after attempt number `attempt` (0-based) failed with `error`.
+    ///
+    /// A lost reply (connection error, timeout) is retried as the same owner, which
+    /// learns the token if the lost try got one. Except while waiting: a client-side
+    /// timeout then means the request still waits in the server, on a connection
+    /// that answers in order, so a retry would only queue behind it.
+    ///
+    /// Giving up after a lost reply leaves the outcome unknown: the server may still
+    /// grant the request. With an owner of its own (a fresh UUID nobody else knows)
+    /// the request is withdrawn by a release of that owner, which runs after it.
+    pub(crate) fn after_failure(&self, error: RedisError, attempt: u32) -> Next {
+        if !is_connection_error(&error) {
+            return Next::Fail(error.into(), None);
+        }
+        let waiting = self.wait.is_some() && error.is_timeout();
+        if !waiting && attempt < self.retry.attempts {
+            return Next::Retry(self.retry.delay(attempt));
+        }
+        let withdraw = (!self.owner_given).then(|| {
+            let mut cmd = redis::cmd("LOCK.RELEASE");
+            cmd.arg(&self.key).arg(&self.owner);
+            cmd
+        });
+        let error = if waiting {
+            Error::ResponseTimeout(error)
+        } else {
+            error.into()
+        };
+        Next::Fail(error, withdraw)
+    }
+
     pub(crate) fn granted(&self, token: Option<i64>) -> Option<Lock> {
         token.map(|token| Lock {
             key: self.key.clone(),
@@ -141,6 +176,15 @@ impl Request {
             ttl: self.ttl,
         })
     }
+}
+
+/// The step after a failed acquire attempt.
+pub(crate) enum Next {
+    /// Send the request again after this pause.
+    Retry(Duration),
+    /// Give up with this error, after sending the withdrawal, if any (its reply does
+    /// not matter).
+    Fail(Error, Option<Cmd>),
 }
 
 /// Milliseconds of a duration, at least 1 (the server refuses 0).
@@ -304,6 +348,48 @@ mod tests {
         assert_eq!(parse_info(flat).unwrap(), Some(expected));
         assert_eq!(parse_info(Value::Nil).unwrap(), None);
         assert!(parse_info(Value::Int(3)).is_err());
+    }
+
+    fn timeout() -> RedisError {
+        std::io::Error::from(std::io::ErrorKind::TimedOut).into()
+    }
+
+    fn withdraws(next: &Next) -> bool {
+        matches!(next, Next::Fail(_, Some(cmd)) if cmd.args_iter().count() == 3)
+    }
+
+    #[test]
+    fn a_lost_reply_is_retried_then_withdrawn() {
+        let request = Request::new("job", Duration::from_secs(5));
+        assert!(matches!(
+            request.after_failure(timeout(), 0),
+            Next::Retry(_)
+        ));
+        let last = request.after_failure(timeout(), request.retry.attempts);
+        assert!(matches!(last, Next::Fail(Error::Connection(_), _)));
+        assert!(withdraws(&last));
+        // A refusal is final and leaves nothing to withdraw.
+        let refused: RedisError = (redis::ErrorKind::Client, "WRONGTYPE").into();
+        assert!(matches!(
+            request.after_failure(refused, 0),
+            Next::Fail(_, None)
+        ));
+    }
+
+    #[test]
+    fn a_timeout_while_waiting_is_not_retried() {
+        let request = Request::new("job", Duration::from_secs(5)).wait(Duration::from_secs(9));
+        let next = request.after_failure(timeout(), 0);
+        assert!(matches!(next, Next::Fail(Error::ResponseTimeout(_), _)));
+        assert!(withdraws(&next));
+    }
+
+    #[test]
+    fn a_given_owner_is_never_withdrawn() {
+        // Its caller may hold the lock under it already (a refresh).
+        let request = Request::new("job", Duration::from_secs(5)).owner("me");
+        let next = request.after_failure(timeout(), request.retry.attempts);
+        assert!(matches!(next, Next::Fail(Error::Connection(_), None)));
     }
 
     #[test]

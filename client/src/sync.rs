@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use redis::ConnectionLike;
 
-use crate::error::{is_connection_error, Error, Result};
+use crate::error::{Error, Result};
 use crate::lock::{
     extend_command, info_command, parse_info, release_command, wait_replicas_command, Lock,
-    LockInfo, Request,
+    LockInfo, Next, Request,
 };
 
 /// The lock commands, for every blocking connection. Import the trait and call them
@@ -59,11 +59,18 @@ pub trait LockCommands: ConnectionLike + Sized {
                     self.release(&lock)?;
                     return Ok(None);
                 }
-                Err(error) if is_connection_error(&error) && attempt < request.retry.attempts => {
-                    std::thread::sleep(request.retry.delay(attempt));
-                    attempt += 1;
-                }
-                Err(error) => return Err(error.into()),
+                Err(error) => match request.after_failure(error, attempt) {
+                    Next::Retry(delay) => {
+                        std::thread::sleep(delay);
+                        attempt += 1;
+                    }
+                    Next::Fail(error, withdraw) => {
+                        if let Some(withdraw) = withdraw {
+                            let _ = withdraw.query::<i64>(self);
+                        }
+                        return Err(error);
+                    }
+                },
             }
         }
     }

@@ -417,3 +417,96 @@ async fn an_async_durable_acquire_waits_for_replicas() {
     assert_eq!(refused, None);
     assert_eq!(con.lock_info("other").await.unwrap(), None);
 }
+
+/// What a ghost waiter's thread yields: its result, and its connection, kept open
+/// so that only the withdrawal (not a disconnect) can take it out of the queue.
+type Ghost = (
+    Result<Option<redis_lock_client::Lock>, Error>,
+    Box<dyn std::any::Any + Send>,
+);
+
+/// Holds "job", queues `ghost` (a waiter on a connection whose timeout is shorter
+/// than its wait) and then a patient waiter, and checks that the ghost fails with
+/// `ResponseTimeout` and is withdrawn: once the holder releases, the lock reaches the
+/// patient waiter and nobody holds it under the ghost's owner id.
+fn a_wait_longer_than_the_response_timeout(
+    ghost: impl FnOnce(&Server) -> thread::JoinHandle<Ghost>,
+) {
+    let server = Server::start();
+    let mut holder = server.connection();
+    let held = holder.try_acquire("job", TTL).unwrap().unwrap();
+    let waiting = |con: &mut redis::Connection, n: u64| {
+        common::wait_until(Duration::from_secs(5), || {
+            con.lock_info("job")
+                .unwrap()
+                .is_some_and(|info| info.waiters == n)
+        })
+    };
+    let started = Instant::now();
+    let ghost = ghost(&server);
+    waiting(&mut holder, 1);
+    let mut patient = server.connection();
+    let patient = thread::spawn(move || patient.acquire("job", TTL, Duration::from_secs(20)));
+    waiting(&mut holder, 2);
+    let (failed, _connection) = ghost.join().unwrap();
+    assert!(
+        matches!(failed, Err(Error::ResponseTimeout(_))),
+        "{failed:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "failed after {:?}",
+        started.elapsed()
+    );
+    assert!(holder.release(&held).unwrap());
+    let lock = patient
+        .join()
+        .unwrap()
+        .unwrap()
+        .expect("the patient waiter got it");
+    let info = holder.lock_info("job").unwrap().unwrap();
+    assert_eq!(
+        (info.owner, info.waiters),
+        (lock.owner().as_bytes().to_vec(), 0)
+    );
+    assert_eq!(
+        lock_stat(&mut holder, "hand_offs"),
+        2,
+        "ghost, then the patient waiter"
+    );
+}
+
+#[test]
+fn a_sync_wait_past_the_read_timeout_fails_clearly_and_is_withdrawn() {
+    a_wait_longer_than_the_response_timeout(|server| {
+        let mut con = server.connection();
+        con.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        thread::spawn(move || {
+            let result = con.acquire("job", TTL, Duration::from_secs(20));
+            (result, Box::new(con) as Box<dyn std::any::Any + Send>)
+        })
+    });
+}
+
+#[test]
+fn an_async_wait_past_the_response_timeout_fails_clearly_and_is_withdrawn() {
+    a_wait_longer_than_the_response_timeout(|server| {
+        let client = server.client();
+        thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let (result, con) = runtime.block_on(async {
+                // redis-rs's default: replies time out after 500 ms.
+                let mut con = client.get_multiplexed_async_connection().await.unwrap();
+                (con.acquire("job", TTL, Duration::from_secs(20)).await, con)
+            });
+            (
+                result,
+                Box::new((runtime, con)) as Box<dyn std::any::Any + Send>,
+            )
+        })
+    });
+}
