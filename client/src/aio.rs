@@ -52,6 +52,10 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
 
     /// Takes the lock at `key`, waiting in the server (FIFO) up to `wait` for it
     /// (`Duration::ZERO`: no limit); `None` if the wait ran out.
+    ///
+    /// The wait holds up the connection: Redis answers nothing else sent on it (on
+    /// any clone of a multiplexed connection or `ConnectionManager`, too) until the
+    /// wait ends. Wait on a connection of its own.
     fn acquire(
         &mut self,
         key: &str,

@@ -114,7 +114,9 @@ impl Request {
         self
     }
 
-    /// Waits in the server up to `wait` for the lock (`Duration::ZERO`: no limit).
+    /// Waits in the server up to `wait` for the lock (`Duration::ZERO`: no limit), on
+    /// a connection that nothing else uses meanwhile: Redis answers nothing else sent
+    /// on it until the wait ends.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self

@@ -35,6 +35,9 @@ pub trait LockCommands: ConnectionLike + Sized {
 
     /// Takes the lock at `key`, waiting in the server (FIFO) up to `wait` for it to free
     /// (`Duration::ZERO`: no limit); `None` if the wait ran out.
+    ///
+    /// The wait holds up the connection: Redis answers nothing else sent on it until
+    /// the wait ends. Wait on a connection of its own.
     fn acquire(&mut self, key: &str, ttl: Duration, wait: Duration) -> Result<Option<Lock>> {
         self.acquire_with(Request::new(key, ttl).wait(wait))
     }
