@@ -12,6 +12,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
+use redis::AsyncConnectionConfig;
 
 use crate::error::{Error, Result};
 use crate::lock::{
@@ -201,6 +202,51 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
 }
 
 impl<C: ConnectionLike + Send + Sized> AsyncLockCommands for C {}
+
+/// Waiting from a [`redis::Client`], each wait on a connection of its own: the way to
+/// wait without holding up a shared connection, and to cancel a wait safely.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redis_lock_client::{AsyncClientLockExt, AsyncLockCommands, Request};
+///
+/// # async fn demo() -> redis_lock_client::Result<()> {
+/// let client = redis::Client::open("redis://127.0.0.1:6390/").unwrap();
+/// let request = Request::new("report:daily", Duration::from_secs(30)).wait(Duration::from_secs(60));
+/// if let Some(lock) = client.acquire_on_own_connection(request).await? {
+///     // … work, stamping writes with lock.token() …
+///     let mut con = client.get_multiplexed_async_connection().await.unwrap();
+///     con.release(&lock).await?;
+/// }
+/// # Ok(()) }
+/// ```
+pub trait AsyncClientLockExt {
+    /// Acquires as `request` says (usually with [`Request::wait`]) on a new connection
+    /// without a response timeout, closed when this returns. Nothing else queues
+    /// behind the wait; and dropping the future (a `tokio::time::timeout`, a
+    /// `select!`) closes the connection, which takes the request out of the server's
+    /// queue, so no lock goes to an owner that stopped waiting.
+    fn acquire_on_own_connection(
+        &self,
+        request: Request,
+    ) -> impl Future<Output = Result<Option<Lock>>> + Send;
+}
+
+impl AsyncClientLockExt for redis::Client {
+    fn acquire_on_own_connection(
+        &self,
+        request: Request,
+    ) -> impl Future<Output = Result<Option<Lock>>> + Send {
+        let client = self.clone();
+        async move {
+            let config = AsyncConnectionConfig::new().set_response_timeout(None);
+            let mut con = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            con.acquire_with(request).await
+        }
+    }
+}
 
 /// A held lock released when the guard is dropped: in a background task, so dropping
 /// never blocks the runtime. Outside a tokio runtime the lock is left to its TTL.

@@ -45,7 +45,7 @@ mod redlock;
 mod renew;
 mod sync;
 
-pub use aio::{AsyncLockCommands, AsyncLockGuard};
+pub use aio::{AsyncClientLockExt, AsyncLockCommands, AsyncLockGuard};
 pub use error::{Error, Result};
 pub use lock::{Durable, Lock, LockInfo, Request, Retry};
 pub use redlock::{MultiLock, Redlock};

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use common::{lock_stat, Config, Server};
 use redis::AsyncConnectionConfig;
-use redis_lock_client::{AsyncLockCommands, Error, LockCommands, Renewer, Request};
+use redis_lock_client::{
+    AsyncClientLockExt, AsyncLockCommands, Error, LockCommands, Renewer, Request,
+};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -509,4 +511,54 @@ fn an_async_wait_past_the_response_timeout_fails_clearly_and_is_withdrawn() {
             )
         })
     });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_on_its_own_connection_outlasts_the_default_timeout_and_cancels_cleanly() {
+    let server = Server::start();
+    let mut con = async_con(&server).await;
+    let held = con.try_acquire("job", TTL).await.unwrap().unwrap();
+    let waiters = |con: &mut redis::aio::MultiplexedConnection| {
+        let mut con = con.clone();
+        async move {
+            con.lock_info("job")
+                .await
+                .unwrap()
+                .map_or(0, |info| info.waiters)
+        }
+    };
+    let wait = || Request::new("job", TTL).wait(Duration::from_secs(20));
+
+    // Cancelled while queued: its connection closes and the server forgets it.
+    let client = server.client();
+    let cancelled = tokio::spawn(async move { client.acquire_on_own_connection(wait()).await });
+    while waiters(&mut con).await != 1 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    cancelled.abort();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while waiters(&mut con).await != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the cancelled waiter stayed queued"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    // Not cancelled: it waits past redis-rs's 500 ms default, until the release.
+    let client = server.client();
+    let patient = tokio::spawn(async move { client.acquire_on_own_connection(wait()).await });
+    while waiters(&mut con).await != 1 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(con.release(&held).await.unwrap());
+    let lock = patient.await.unwrap().unwrap().expect("granted on release");
+    assert!(lock.token() > held.token());
+    let info = con.lock_info("job").await.unwrap().unwrap();
+    assert_eq!(
+        (info.owner, info.waiters),
+        (lock.owner().as_bytes().to_vec(), 0)
+    );
+    assert_eq!(lock_stat(&mut server.connection(), "hand_offs"), 1);
 }
