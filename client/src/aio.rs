@@ -56,7 +56,9 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
     ///
     /// The wait holds up the connection: Redis answers nothing else sent on it (on
     /// any clone of a multiplexed connection or `ConnectionManager`, too) until the
-    /// wait ends. Wait on a connection of its own.
+    /// wait ends, and dropping this future does not take the request out of the
+    /// server's queue while the connection lives. Wait on a connection of its own:
+    /// [`AsyncClientLockExt::acquire_on_own_connection`].
     fn acquire(
         &mut self,
         key: &str,
