@@ -2,8 +2,12 @@
 //! and database. Plain data: the waiter handle `W` is whatever the glue uses to
 //! answer a blocked client later. A key's queue disappears with its last waiter, so
 //! nothing is held for keys nobody waits on.
+//!
+//! Every operation costs O(log n) in the length of the queue, whatever the position
+//! of the waiter it touches: a hand-off, and a mass of waiters that time out or
+//! disconnect in any order, stay cheap on a lock that thousands of clients wait for.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 
 /// One blocked client.
@@ -14,11 +18,28 @@ pub struct Waiter<W> {
     pub ttl: i64,
 }
 
-/// The waiters of one key, oldest first, and the timer that watches the key's expiry.
+/// The waiters of one key and the timer that watches the key's expiry.
 #[derive(Debug)]
 struct Queue<W> {
-    waiters: VecDeque<Waiter<W>>,
+    /// By arrival number: the first entry is the longest-waiting client.
+    waiters: BTreeMap<u64, Waiter<W>>,
+    /// The arrival numbers of each owner's waiters (more than one when a client
+    /// retries its WAIT while the first is still queued).
+    by_owner: HashMap<Box<[u8]>, Vec<u64>>,
     expiry_timer: Option<u64>,
+}
+
+impl<W> Queue<W> {
+    fn take(&mut self, arrival: u64) -> Option<Waiter<W>> {
+        let waiter = self.waiters.remove(&arrival)?;
+        if let Some(arrivals) = self.by_owner.get_mut(&waiter.owner) {
+            arrivals.retain(|a| *a != arrival);
+            if arrivals.is_empty() {
+                self.by_owner.remove(&waiter.owner);
+            }
+        }
+        Some(waiter)
+    }
 }
 
 /// All queues of the server.
@@ -26,7 +47,9 @@ struct Queue<W> {
 pub struct Queues<W> {
     by_db: HashMap<i32, HashMap<Box<[u8]>, Queue<W>>>,
     /// Where each waiter is queued, to remove it by handle alone (disconnect, timeout).
-    index: HashMap<W, (i32, Box<[u8]>)>,
+    index: HashMap<W, (i32, Box<[u8]>, u64)>,
+    /// The arrival number of the next waiter: orders waiters across all queues.
+    next_arrival: u64,
 }
 
 impl<W> Default for Queues<W> {
@@ -34,6 +57,7 @@ impl<W> Default for Queues<W> {
         Queues {
             by_db: HashMap::new(),
             index: HashMap::new(),
+            next_arrival: 0,
         }
     }
 }
@@ -71,49 +95,60 @@ impl<W: Copy + Eq + Hash> Queues<W> {
         if self.index.contains_key(&waiter.handle) {
             return;
         }
-        self.index.insert(waiter.handle, (db, key.into()));
-        self.by_db
+        let arrival = self.next_arrival;
+        self.next_arrival += 1;
+        self.index.insert(waiter.handle, (db, key.into(), arrival));
+        let queue = self
+            .by_db
             .entry(db)
             .or_default()
             .entry(key.into())
             .or_insert_with(|| Queue {
-                waiters: VecDeque::new(),
+                waiters: BTreeMap::new(),
+                by_owner: HashMap::new(),
                 expiry_timer: None,
-            })
-            .waiters
-            .push_back(waiter);
+            });
+        queue
+            .by_owner
+            .entry(waiter.owner.clone())
+            .or_default()
+            .push(arrival);
+        queue.waiters.insert(arrival, waiter);
     }
 
     /// Takes the longest-waiting client of `key`.
     pub fn pop_front(&mut self, db: i32, key: &[u8]) -> Option<Waiter<W>> {
-        let waiter = self.queue_mut(db, key)?.waiters.pop_front()?;
+        let queue = self.queue_mut(db, key)?;
+        let first = *queue.waiters.keys().next()?;
+        let waiter = queue.take(first)?;
         self.index.remove(&waiter.handle);
         self.drop_if_empty(db, key);
         Some(waiter)
     }
 
-    /// Takes every waiter of `key` that waits for `owner` (the lock was just given to
-    /// that owner: they all hold it now).
+    /// Takes every waiter of `key` that waits for `owner`, oldest first (the lock was
+    /// just given to that owner: they all hold it now).
     pub fn take_owner(&mut self, db: i32, key: &[u8], owner: &[u8]) -> Vec<Waiter<W>> {
         let Some(queue) = self.queue_mut(db, key) else {
             return Vec::new();
         };
-        let (taken, kept): (VecDeque<_>, VecDeque<_>) =
-            queue.waiters.drain(..).partition(|w| *w.owner == *owner);
-        queue.waiters = kept;
+        let mut arrivals = queue.by_owner.remove(owner).unwrap_or_default();
+        arrivals.sort_unstable();
+        let taken: Vec<Waiter<W>> = arrivals
+            .into_iter()
+            .filter_map(|arrival| queue.waiters.remove(&arrival))
+            .collect();
         for waiter in &taken {
             self.index.remove(&waiter.handle);
         }
         self.drop_if_empty(db, key);
-        taken.into()
+        taken
     }
 
     /// Removes a waiter wherever it is queued (it disconnected or timed out).
     pub fn remove(&mut self, handle: W) -> Option<Waiter<W>> {
-        let (db, key) = self.index.remove(&handle)?;
-        let queue = self.queue_mut(db, &key)?;
-        let position = queue.waiters.iter().position(|w| w.handle == handle)?;
-        let waiter = queue.waiters.remove(position);
+        let (db, key, arrival) = self.index.remove(&handle)?;
+        let waiter = self.queue_mut(db, &key)?.take(arrival);
         self.drop_if_empty(db, &key);
         waiter
     }
@@ -239,6 +274,71 @@ mod tests {
         assert_eq!(queues.len(), 1);
         assert_eq!(queues.remove(3), None);
         assert_eq!(queues.pop_front(0, b"k").map(|w| w.handle), Some(2));
+    }
+
+    #[test]
+    fn waiters_leave_from_any_position_and_the_rest_keep_their_order() {
+        let mut queues = Queues::new();
+        for h in 1..=6 {
+            queues.push(0, b"k", waiter(h, &format!("o{h}")));
+        }
+        // The back, the middle, then the front: a mass of disconnects in any order.
+        for h in [6, 3, 1] {
+            assert_eq!(queues.remove(h).map(|w| w.handle), Some(h));
+        }
+        let order: Vec<u32> = std::iter::from_fn(|| queues.pop_front(0, b"k"))
+            .map(|w| w.handle)
+            .collect();
+        assert_eq!(order, [2, 4, 5]);
+        assert!(queues.keys(None).is_empty());
+    }
+
+    /// The queues against a plain list of (db, key, waiter), through random pushes,
+    /// pops, removals and owner takes.
+    #[test]
+    fn queues_behave_like_a_list_in_arrival_order() {
+        use rand::rngs::StdRng;
+        use rand::{Rng, SeedableRng};
+
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut queues = Queues::new();
+        let mut model: Vec<(i32, u8, Waiter<u32>)> = Vec::new();
+        for handle in 0..20_000u32 {
+            let (db, key) = (rng.gen_range(0..2), rng.gen_range(b'a'..b'd'));
+            match rng.gen_range(0..10) {
+                0..=4 => {
+                    let w = waiter(handle, &format!("o{}", rng.gen_range(0..6)));
+                    queues.push(db, &[key], w.clone());
+                    model.push((db, key, w));
+                }
+                5 | 6 => {
+                    let at = model.iter().position(|(d, k, _)| (*d, *k) == (db, key));
+                    let expected = at.map(|at| model.remove(at).2);
+                    assert_eq!(queues.pop_front(db, &[key]), expected);
+                }
+                7 | 8 if !model.is_empty() => {
+                    let (_, _, w) = model.remove(rng.gen_range(0..model.len()));
+                    assert_eq!(queues.remove(w.handle), Some(w));
+                }
+                _ => {
+                    let owner = format!("o{}", rng.gen_range(0..6));
+                    let (taken, kept): (Vec<_>, Vec<_>) = model.drain(..).partition(|(d, k, w)| {
+                        (*d, *k) == (db, key) && *w.owner == *owner.as_bytes()
+                    });
+                    model = kept;
+                    let expected: Vec<_> = taken.into_iter().map(|(_, _, w)| w).collect();
+                    assert_eq!(queues.take_owner(db, &[key], owner.as_bytes()), expected);
+                }
+            }
+            assert_eq!(queues.len(), model.len());
+        }
+        for (db, key, w) in std::mem::take(&mut model) {
+            assert_eq!(
+                queues.remove(w.handle).map(|q| (db, key, q)),
+                Some((db, key, w))
+            );
+        }
+        assert!(queues.is_empty() && queues.keys(None).is_empty());
     }
 
     #[test]
