@@ -65,6 +65,17 @@ tmp="$(mktemp)"
   echo "## A hot lock: server-side WAIT against client-side polling"
   echo
   "$DRIVER" --port "$port" --runs "$RUNS" hot --clients 32 --seconds 5
+  echo
+  echo "## Long queues: one hand-off with 100 and with 8,000 clients queued"
+  echo
+  echo "Waiters are raw connections queued with WAIT 0; one connection releases each"
+  echo "grant on behalf of its owner, handing the lock to the next in line. First in"
+  echo "instructions of the whole server (callgrind: the release, the hand-off, both"
+  echo "replies), then in CPU and wall time."
+  echo
+  bench/queue-callgrind.sh
+  echo
+  "$DRIVER" --port "$port" --runs "$RUNS" queue --short 100 --long 8000
 } > "$tmp"
 mv "$tmp" "$OUT"
 cat "$OUT"

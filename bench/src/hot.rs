@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Client, RedisResult, Script};
 
-use crate::stats::median;
+use crate::stats::{median, server_cpu_us};
 
 const KEY: &str = "bench:hot";
 const TTL_MS: i64 = 10_000;
@@ -115,19 +115,6 @@ fn server_calls(con: &mut redis::Connection) -> RedisResult<u64> {
         .filter_map(|line| line.split("calls=").nth(1))
         .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
         .sum())
-}
-
-/// CPU time redis-server has used since it started, in µs (INFO cpu, user + system,
-/// main thread and all).
-fn server_cpu_us(con: &mut redis::Connection) -> RedisResult<f64> {
-    let text: String = redis::cmd("INFO").arg("cpu").query(con)?;
-    Ok(text
-        .lines()
-        .filter_map(|line| line.split_once(':'))
-        .filter(|(name, _)| matches!(*name, "used_cpu_user" | "used_cpu_sys"))
-        .filter_map(|(_, value)| value.trim().parse::<f64>().ok())
-        .sum::<f64>()
-        * 1e6)
 }
 
 fn hot(client: &Client, mode: Mode, clients: usize, seconds: f64) -> RedisResult<Outcome> {

@@ -6,6 +6,7 @@ mod compare;
 mod handoff;
 mod hot;
 mod keysets;
+mod queue;
 mod stats;
 
 use clap::{Parser, Subcommand};
@@ -43,6 +44,20 @@ enum Command {
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
     },
+    /// Long queues: server CPU per hand-off with `short` and with `long` clients
+    /// queued on one lock.
+    Queue {
+        #[arg(long, default_value_t = 100)]
+        short: usize,
+        #[arg(long, default_value_t = 8000)]
+        long: usize,
+        /// Pid of a redis-server under `valgrind --tool=callgrind`: count instructions.
+        #[arg(long, requires = "callgrind_out_file")]
+        callgrind_pid: Option<u32>,
+        /// That server's `--callgrind-out-file`.
+        #[arg(long)]
+        callgrind_out_file: Option<std::path::PathBuf>,
+    },
 }
 
 fn main() -> redis::RedisResult<()> {
@@ -53,5 +68,16 @@ fn main() -> redis::RedisResult<()> {
         Command::Handoff { rounds } => handoff::run(&client, cli.runs, rounds),
         Command::Compare => compare::run(&client, cli.port, cli.runs),
         Command::Hot { clients, seconds } => hot::run(&client, cli.runs, clients, seconds),
+        Command::Queue {
+            short,
+            long,
+            callgrind_pid,
+            callgrind_out_file,
+        } => {
+            let callgrind = callgrind_pid
+                .zip(callgrind_out_file)
+                .map(|(pid, out_file)| queue::Callgrind { pid, out_file });
+            queue::run(&client, cli.port, cli.runs, short, long, callgrind)
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! Medians and percentiles of samples.
+//! Medians and percentiles of samples, and the server's CPU time.
 
 /// The `q`-quantile (0.0..=1.0) of `samples`, nearest-rank; 0 when empty.
 pub fn quantile(samples: &[f64], q: f64) -> f64 {
@@ -28,4 +28,17 @@ pub fn ceiling(rps: f64, usec_per_call: f64, requests: usize) -> f64 {
     } else {
         f64::INFINITY
     }
+}
+
+/// CPU time redis-server has used since it started, in µs (INFO cpu, user + system,
+/// main thread and all).
+pub fn server_cpu_us(con: &mut redis::Connection) -> redis::RedisResult<f64> {
+    let text: String = redis::cmd("INFO").arg("cpu").query(con)?;
+    Ok(text
+        .lines()
+        .filter_map(|line| line.split_once(':'))
+        .filter(|(name, _)| matches!(*name, "used_cpu_user" | "used_cpu_sys"))
+        .filter_map(|(_, value)| value.trim().parse::<f64>().ok())
+        .sum::<f64>()
+        * 1e6)
 }
