@@ -278,7 +278,7 @@ pub fn run(client: &Client, port: u16, runs: usize) -> RedisResult<()> {
         }
     }
     for pipeline in [1, 32] {
-        keysets::release_row(client, &mut con, &release_sha, runs, pipeline)?;
+        keysets::release_row(port, &mut con, &release_sha, runs, pipeline)?;
     }
     keysets::memory_row(&mut con, runs)?;
     Ok(())

@@ -2,7 +2,10 @@
 //! compare-and-delete script, and memory per held lock. Driven by lock-bench itself,
 //! since redis-benchmark cannot walk a key set in order.
 
-use redis::{Client, Connection, RedisResult};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+use redis::{Connection, RedisResult};
 
 use crate::compare::{usec_per_call, Measure, LONG_TTL};
 use crate::stats::{ceiling, median};
@@ -14,34 +17,47 @@ const RELEASE_KEYS: u64 = 200_000;
 const RELEASE_CLIENTS: u64 = 50;
 
 /// Releases RELEASE_KEYS held keys, each exactly once, from RELEASE_CLIENTS
-/// connections; returns requests per second. The commands are built before the
-/// clock starts, so the client's own work weighs as little as possible.
-fn release_all(client: &Client, command: impl Fn(u64) -> redis::Cmd + Sync, pipeline: u64) -> f64 {
-    let batches: Vec<Vec<redis::Pipeline>> = (0..RELEASE_CLIENTS)
+/// connections; returns requests per second. As in redis-benchmark, the client does
+/// as little as it can, so that the server sets the pace: the requests are packed
+/// before the clock starts, and replies (one line each: an integer, or an error)
+/// are counted, not parsed.
+fn release_all(port: u16, command: impl Fn(u64) -> redis::Cmd + Sync, pipeline: u64) -> f64 {
+    let batches: Vec<Vec<(Vec<u8>, usize)>> = (0..RELEASE_CLIENTS)
         .map(|c| {
             let keys: Vec<u64> = (c..RELEASE_KEYS)
                 .step_by(RELEASE_CLIENTS as usize)
                 .collect();
             keys.chunks(pipeline as usize)
                 .map(|chunk| {
-                    let mut pipe = redis::pipe();
-                    for &i in chunk {
-                        pipe.add_command(command(i)).ignore();
-                    }
-                    pipe
+                    let bytes = chunk
+                        .iter()
+                        .flat_map(|&i| command(i).get_packed_command())
+                        .collect();
+                    (bytes, chunk.len())
                 })
                 .collect()
         })
         .collect();
-    let connections: Vec<Connection> = (0..RELEASE_CLIENTS)
-        .map(|_| client.get_connection().expect("connection"))
+    let connections: Vec<TcpStream> = (0..RELEASE_CLIENTS)
+        .map(|_| {
+            let stream = TcpStream::connect(("127.0.0.1", port)).expect("connection");
+            stream.set_nodelay(true).expect("TCP_NODELAY");
+            stream
+        })
         .collect();
     let start = std::time::Instant::now();
     std::thread::scope(|scope| {
-        for (pipes, mut con) in batches.iter().zip(connections) {
+        for (batches, mut stream) in batches.iter().zip(connections) {
             scope.spawn(move || {
-                for pipe in pipes {
-                    let _: () = pipe.query(&mut con).expect("release");
+                let mut buffer = vec![0u8; 64 * 1024];
+                for (bytes, replies) in batches {
+                    stream.write_all(bytes).expect("send");
+                    let mut seen = 0;
+                    while seen < *replies {
+                        let n = stream.read(&mut buffer).expect("read");
+                        assert!(n > 0, "the server closed the connection");
+                        seen += buffer.iter().take(n).filter(|&&b| b == b'\n').count();
+                    }
                 }
             });
         }
@@ -94,7 +110,7 @@ fn set_cmd(i: u64) -> redis::Cmd {
 }
 
 pub fn release_row(
-    client: &Client,
+    port: u16,
     con: &mut Connection,
     sha: &str,
     runs: usize,
@@ -112,7 +128,7 @@ pub fn release_row(
             let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(con)?;
             let rps = if side {
                 release_all(
-                    client,
+                    port,
                     |i| {
                         let mut cmd = redis::cmd("LOCK.RELEASE");
                         cmd.arg(lock_key(i)).arg(owner(i));
@@ -122,7 +138,7 @@ pub fn release_row(
                 )
             } else {
                 release_all(
-                    client,
+                    port,
                     |i| {
                         let mut cmd = redis::cmd("EVALSHA");
                         cmd.arg(sha).arg(1).arg(plain_key(i)).arg(owner(i));
