@@ -1,7 +1,11 @@
 //! What a write tells the rest of the server.
 //!
 //! Replicas and the AOF get its effect, with the absolute expiry and the token handed
-//! out, never a command whose result depends on when or where it runs.
+//! out, never a command whose result depends on when or where it runs. A release by
+//! its holder goes as itself, `LOCK.RELEASE key owner`, as Redis sends `SET … NX` as
+//! it is: its effect depends only on the lock it finds, and replicas and the AOF find
+//! the same one (the master's stream and AOF loading never see a key as expired).
+//! That spares a grant-sized propagation per release.
 //!
 //! Keyspace-event subscribers get one event per write, named after that effect, so a
 //! master and its replicas (which run the effect) send the same events:
@@ -36,7 +40,13 @@ pub fn expiry(ctx: Ctx, key: Arg<'_>, expires_at: i64) {
     ctx.notify(EventClass::Generic, c"expire", key);
 }
 
-/// A release: the key is gone.
+/// A release by its holder, by the command that made it (see above).
+pub fn release_as_called(ctx: Ctx, key: Arg<'_>) {
+    ctx.replicate_verbatim();
+    ctx.notify(EventClass::Generic, c"del", key);
+}
+
+/// A release the module made on its own (a grant taken back): the key is gone.
 pub fn release(ctx: Ctx, key: Arg<'_>) {
     ctx.replicate(c"DEL", &[key]);
     ctx.notify(EventClass::Generic, c"del", key);

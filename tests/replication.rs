@@ -220,3 +220,29 @@ fn master_and_replica_send_the_same_keyspace_events() {
     assert_eq!(events(&mut m_events, expected.len()), expected, "master");
     assert_eq!(events(&mut r_events, expected.len()), expected, "replica");
 }
+
+#[test]
+fn a_release_replays_on_replicas_and_from_the_aof_whatever_their_owner_limit() {
+    // A release travels as LOCK.RELEASE itself. Where it is replayed, a smaller
+    // lock.max-owner-len must not refuse what the master accepted.
+    let mut master = Server::with(Config::default().aof());
+    let replica = Server::with(Config::default().module_arg("max-owner-len", "8"));
+    replica.replicate_from(&master);
+    let (mut m, mut r) = (master.connection(), replica.connection());
+    let owner = "a-forty-byte-owner-id-0123456789abcdefgh";
+    for key in ["released", "held"] {
+        acquire(&mut m, key, owner, 60_000).unwrap();
+    }
+    assert_eq!(release(&mut m, "released", owner), 1);
+    sync(&mut m);
+    for (name, con) in [("replica", &mut r), ("master", &mut m)] {
+        assert_eq!(lock_info(con, "released"), None, "{name}");
+        assert_eq!(lock_info(con, "held").unwrap().owner, owner.as_bytes(), "{name}");
+    }
+    assert_eq!(lock_stat(&mut r, "releases"), 0, "counted where the holder released");
+
+    master.restart_with(Config::default().aof().module_arg("max-owner-len", "8"));
+    let mut m = master.connection();
+    assert_eq!(lock_info(&mut m, "released"), None, "replayed from the AOF");
+    assert_eq!(lock_info(&mut m, "held").unwrap().owner, owner.as_bytes());
+}

@@ -1,6 +1,6 @@
 //! `LOCK.RELEASE key owner`
 
-use super::args::parse_owner;
+use super::args::{parse_owner, ArgError};
 use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
 use crate::blocking;
 use crate::events;
@@ -31,6 +31,9 @@ fn release(ctx: Ctx, args: &Args) -> Reply {
     };
     let owner = match parse_owner(owner, &limits()) {
         Ok(owner) => owner,
+        // The master (or the server that wrote the AOF) released it under its own
+        // lock.max-owner-len: replay it whatever this server's setting.
+        Err(ArgError::OwnerTooLong { .. }) if ctx.where_().replaying => owner,
         Err(error) => return Reply::error(error.to_string()),
     };
     let mut open = OpenKey::write(ctx, key);
@@ -41,8 +44,11 @@ fn release(ctx: Ctx, args: &Args) -> Reply {
             }
             events::forget_unlinked();
             drop(open);
-            propagate::release(ctx, Arg::Str(key));
-            STATS.releases.incr();
+            propagate::release_as_called(ctx, Arg::Str(key));
+            if !ctx.where_().replaying {
+                // Counted where the holder released it, not again on replicas.
+                STATS.releases.incr();
+            }
             blocking::hand_off(ctx, ctx.selected_db(), key.as_bytes());
             Reply::Integer(1)
         }

@@ -119,6 +119,9 @@ pub struct Ctx(*mut raw::RedisModuleCtx);
 pub struct Where {
     /// Inside MULTI/EXEC, a script, or anywhere else Redis forbids blocking.
     pub cannot_block: bool,
+    /// Replaying what another server decided: the master's replication stream, or
+    /// the AOF being loaded.
+    pub replaying: bool,
 }
 
 /// The module's own long-lived context, for callbacks that get none (data-type
@@ -173,8 +176,10 @@ impl Ctx {
             | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING
             | raw::REDISMODULE_CTX_FLAGS_REPLICATED
             | raw::REDISMODULE_CTX_FLAGS_LOADING;
+        let replaying = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
         Where {
             cannot_block: flags & no_block != 0,
+            replaying: flags & replaying != 0,
         }
     }
 

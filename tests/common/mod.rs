@@ -191,6 +191,12 @@ impl Server {
         self.child = Some(child);
     }
 
+    /// Starts the server again on the same port and directory, with `config`.
+    pub fn restart_with(&mut self, config: Config) {
+        self.config = config;
+        self.restart();
+    }
+
     /// Makes this server a replica of `master` and waits until the link is up and
     /// the first sync is done.
     pub fn replicate_from(&self, master: &Server) {
