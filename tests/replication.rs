@@ -230,19 +230,43 @@ fn a_release_replays_on_replicas_and_from_the_aof_whatever_their_owner_limit() {
     replica.replicate_from(&master);
     let (mut m, mut r) = (master.connection(), replica.connection());
     let owner = "a-forty-byte-owner-id-0123456789abcdefgh";
-    for key in ["released", "held"] {
+    let released = ["released", "by-script", "in-multi"];
+    for key in released.iter().chain(&["held"]) {
         acquire(&mut m, key, owner, 60_000).unwrap();
     }
     assert_eq!(release(&mut m, "released", owner), 1);
+    // From a script and inside MULTI, it travels within their transaction.
+    let script = "return redis.call('LOCK.RELEASE', KEYS[1], ARGV[1])";
+    let by_script: i64 = query(&mut m, &["EVAL", script, "1", "by-script", owner]).unwrap();
+    let (in_multi,): (i64,) = redis::pipe()
+        .atomic()
+        .cmd("LOCK.RELEASE")
+        .arg("in-multi")
+        .arg(owner)
+        .query(&mut m)
+        .unwrap();
+    assert_eq!((by_script, in_multi), (1, 1));
     sync(&mut m);
     for (name, con) in [("replica", &mut r), ("master", &mut m)] {
-        assert_eq!(lock_info(con, "released"), None, "{name}");
-        assert_eq!(lock_info(con, "held").unwrap().owner, owner.as_bytes(), "{name}");
+        for key in released {
+            assert_eq!(lock_info(con, key), None, "{name}: {key}");
+        }
+        assert_eq!(
+            lock_info(con, "held").unwrap().owner,
+            owner.as_bytes(),
+            "{name}"
+        );
     }
-    assert_eq!(lock_stat(&mut r, "releases"), 0, "counted where the holder released");
+    assert_eq!(
+        lock_stat(&mut r, "releases"),
+        0,
+        "counted where the holder released"
+    );
 
     master.restart_with(Config::default().aof().module_arg("max-owner-len", "8"));
     let mut m = master.connection();
-    assert_eq!(lock_info(&mut m, "released"), None, "replayed from the AOF");
+    for key in released {
+        assert_eq!(lock_info(&mut m, key), None, "{key} replayed from the AOF");
+    }
     assert_eq!(lock_info(&mut m, "held").unwrap().owner, owner.as_bytes());
 }
