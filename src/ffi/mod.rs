@@ -2,7 +2,7 @@
 //! lives under `ffi/`; the rest of the crate uses the safe wrappers defined here.
 //!
 //! Every API is reached through `redis_module::raw::RedisModule_*`, function pointers
-//! that Redis fills in at load time. [`call!`] turns a missing pointer into a fallback
+//! that Redis fills in at load time. `call!` turns a missing pointer into a fallback
 //! value instead of a panic; `check_required_apis` refuses to load the module on a
 //! server that lacks one we need, so the fallbacks are never taken in practice.
 
