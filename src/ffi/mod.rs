@@ -3,7 +3,7 @@
 //!
 //! Every API is reached through `redis_module::raw::RedisModule_*`, function pointers
 //! that Redis fills in at load time. `call!` turns a missing pointer into a fallback
-//! value instead of a panic; `check_required_apis` refuses to load the module on a
+//! value instead of a panic; `missing_required_apis` lets `init` refuse to load the module on a
 //! server that lacks one we need, so the fallbacks are never taken in practice.
 
 pub mod block;
