@@ -3,8 +3,9 @@
 //!
 //! Every API is reached through `redis_module::raw::RedisModule_*`, function pointers
 //! that Redis fills in at load time. `call!` turns a missing pointer into a fallback
-//! value instead of a panic; `missing_required_apis` lets `init` refuse to load the module on a
-//! server that lacks one we need, so the fallbacks are never taken in practice.
+//! value instead of a panic; with `missing_required_apis`, `init` refuses to load the
+//! module on a server that lacks one we need, so the fallbacks are never taken in
+//! practice.
 
 pub mod block;
 pub mod command;
