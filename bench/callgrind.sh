@@ -8,18 +8,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 N="${N:-20000}"
-MODULE="$PWD/target/release/libredis_lock.so"
 OWNER="6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2d"
 OTHER="0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
 
-dir="$(mktemp -d)"
-port=$(( 20000 + RANDOM % 20000 ))
-valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out" \
-  redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save "" --appendonly no \
-  --loadmodule "$MODULE" >"$dir/valgrind.log" 2>&1 &
-vg=$!
-trap 'kill $vg 2>/dev/null; wait $vg 2>/dev/null; rm -rf "$dir"' EXIT
-for _ in $(seq 1 200); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+source bench/callgrind-server.sh
+start_callgrind_server
 
 cli() { redis-cli -p "$port" "$@"; }
 pipe() { redis-cli -p "$port" --pipe >/dev/null; }
