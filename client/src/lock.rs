@@ -157,11 +157,7 @@ impl Request {
         if !waiting && attempt < self.retry.attempts {
             return Next::Retry(self.retry.delay(attempt));
         }
-        let withdraw = (!self.owner_given).then(|| {
-            let mut cmd = redis::cmd("LOCK.RELEASE");
-            cmd.arg(&self.key).arg(&self.owner);
-            cmd
-        });
+        let withdraw = (!self.owner_given).then(|| release_of(&self.key, &self.owner));
         let error = if waiting {
             Error::ResponseTimeout(error)
         } else {
@@ -207,8 +203,12 @@ pub(crate) fn wait_replicas_command(durable: &Durable) -> Cmd {
 }
 
 pub(crate) fn release_command(lock: &Lock) -> Cmd {
+    release_of(&lock.key, &lock.owner)
+}
+
+fn release_of(key: &str, owner: &str) -> Cmd {
     let mut cmd = redis::cmd("LOCK.RELEASE");
-    cmd.arg(&lock.key).arg(&lock.owner);
+    cmd.arg(key).arg(owner);
     cmd
 }
 
