@@ -129,7 +129,12 @@ pub fn hand_off(ctx: Ctx, db: i32, key: &[u8]) -> bool {
     if ctx.writes_paused() {
         // Only timers get here during a pause (the commands that free a lock are
         // writes, held back by it): look again shortly, until the pause ends.
-        watch_expiry(ctx, db, key, Some(ctx.now_ms() + PAUSED_RETRY_MS - 1));
+        watch_expiry(
+            ctx,
+            db,
+            key,
+            Some(ctx.now_ms().saturating_add(PAUSED_RETRY_MS - 1)),
+        );
         return false;
     }
     let mut open = OpenKey::write_bytes(ctx, key);

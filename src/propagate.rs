@@ -17,7 +17,7 @@ use crate::ffi::{Arg, Ctx, EventClass};
 use crate::keyspace::APPLY_COMMAND;
 
 /// The event of a grant, on the master and wherever LOCK.APPLY runs.
-pub const GRANT_EVENT: &std::ffi::CStr = c"lock.acquire";
+const GRANT_EVENT: &std::ffi::CStr = c"lock.acquire";
 
 /// A fresh grant: `LOCK.APPLY key owner token PXAT expires_at`.
 pub fn grant(ctx: Ctx, key: Arg<'_>, owner: Arg<'_>, token: i64, expires_at: i64) {
@@ -31,6 +31,12 @@ pub fn grant(ctx: Ctx, key: Arg<'_>, owner: Arg<'_>, token: i64, expires_at: i64
             Arg::Int(expires_at),
         ],
     );
+    ctx.notify(EventClass::Module, GRANT_EVENT, key);
+}
+
+/// A grant replayed by LOCK.APPLY (replicas, AOF loading): passed on as it came.
+pub fn applied(ctx: Ctx, key: Arg<'_>) {
+    ctx.replicate_verbatim();
     ctx.notify(EventClass::Module, GRANT_EVENT, key);
 }
 

@@ -6,9 +6,9 @@
 use super::args::parse_apply;
 use super::{key_and_rest, Command, KeyAccess, Reply, MAX_ARGS};
 use crate::ffi::key::OpenKey;
-use crate::ffi::{Arg, Args, Ctx, EventClass};
+use crate::ffi::{Arg, Args, Ctx};
 use crate::lock::Lock;
-use crate::propagate::GRANT_EVENT;
+use crate::propagate;
 use crate::state::MINT;
 
 pub const COMMAND: Command = Command {
@@ -44,7 +44,6 @@ fn apply(ctx: Ctx, args: &Args) -> Reply {
             return Reply::error("ERR could not set the lock's expiry");
         }
     }
-    ctx.replicate_verbatim();
-    ctx.notify(EventClass::Module, GRANT_EVENT, Arg::Str(key));
+    propagate::applied(ctx, Arg::Str(key));
     Reply::Ok
 }
