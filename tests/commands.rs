@@ -1,6 +1,6 @@
 //! The replies of every command, against a real redis-server, in RESP2 and RESP3.
 
-mod common;
+use redis_lock_testkit as common;
 
 use std::time::Duration;
 

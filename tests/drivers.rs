@@ -1,7 +1,7 @@
 //! The same commands from other clients than the redis crate: a scripted redis-cli
 //! session and redis-py, in RESP2 and RESP3.
 
-mod common;
+use redis_lock_testkit as common;
 
 use std::io::Write;
 use std::process::{Command, Stdio};

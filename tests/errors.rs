@@ -2,7 +2,7 @@
 //! changes nothing: the dataset digest, the counters and the token high-water mark
 //! stay as they were.
 
-mod common;
+use redis_lock_testkit as common;
 
 use common::*;
 use redis::{Connection, Value};

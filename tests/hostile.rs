@@ -5,7 +5,7 @@
 //! `HOSTILE_CALLS` sets the number of calls (default 200,000; `make fuzz` sends
 //! 1,000,000); `HOSTILE_SEED` replays a run (the seed is printed).
 
-mod common;
+use redis_lock_testkit as common;
 
 use std::time::{Duration, Instant};
 

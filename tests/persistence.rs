@@ -6,7 +6,7 @@
 //! test first raises the token high-water mark far above the clock with LOCK.APPLY:
 //! only a server that kept that mark can hand out a greater token afterwards.
 
-mod common;
+use redis_lock_testkit as common;
 
 use common::*;
 use redis::Connection;

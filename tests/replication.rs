@@ -1,7 +1,7 @@
 //! A replica holds the same locks, owners, tokens and absolute expiries as its master;
 //! it refuses writes, answers LOCK.INFO, and once promoted keeps tokens increasing.
 
-mod common;
+use redis_lock_testkit as common;
 
 use std::time::Duration;
 

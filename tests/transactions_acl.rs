@@ -1,7 +1,7 @@
 //! The commands inside MULTI/EXEC and Lua scripts, under ACL key patterns, and under
 //! maxmemory.
 
-mod common;
+use redis_lock_testkit as common;
 
 use common::*;
 use redis::Value;

@@ -1,7 +1,7 @@
 //! LOCK.ACQUIRE … WAIT: clients queue in the server, FIFO per key, and get the lock
 //! the moment it frees, whatever frees it.
 
-mod common;
+use redis_lock_testkit as common;
 
 use std::io::Write;
 use std::net::TcpStream;

@@ -1,8 +1,7 @@
 //! The client crate against a real redis-server with the module: every API, sync and
 //! async, through a plain connection, a multiplexed one and a ConnectionManager.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use redis_lock_testkit as common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -1,8 +1,7 @@
 //! Locks in a real 3-master Redis Cluster: every slot, -MOVED, hash tags, redis-cli -c,
 //! the client crate on cluster connections, and a resharded slot carrying its locks.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use redis_lock_testkit as common;
 
 use std::process::Command;
 use std::time::Duration;

@@ -1,8 +1,7 @@
 //! The worker demo's invariant: every job runs exactly once per round, however many
 //! workers; a frozen holder is taken over after its TTL and its late write is fenced off.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use redis_lock_testkit as common;
 #[path = "../examples/workers.rs"]
 mod workers;
 

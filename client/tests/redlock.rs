@@ -1,7 +1,6 @@
 //! Redlock over 3 and 5 independent servers, some of them down or slow.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use redis_lock_testkit as common;
 
 use std::time::{Duration, Instant};
 

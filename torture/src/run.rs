@@ -1,13 +1,15 @@
 //! The torture run: servers, workers, faults, then the checker's verdict.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
+
+use redis_lock_testkit::{Config, Server};
 
 use crate::{check, now_ns, record_file};
 
@@ -34,97 +36,17 @@ pub struct Options {
     pub redis_server: String,
 }
 
-/// A redis-server process with a fixed port and directory, restartable.
-struct RedisProcess {
-    binary: String,
-    args: Vec<String>,
-    port: u16,
-    child: Option<Child>,
-}
-
-impl RedisProcess {
-    fn start(binary: &str, dir: &Path, extra: &[String]) -> RedisProcess {
-        let port = portpicker::pick_unused_port().expect("a free port");
-        let mut args: Vec<String> = [
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            &dir.display().to_string(),
-            "--save",
-            "",
-            "--logfile",
-            "redis.log",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.extend_from_slice(extra);
-        let mut process = RedisProcess {
-            binary: binary.into(),
-            args,
-            port,
-            child: None,
-        };
-        process.spawn();
-        process
-    }
-
-    fn spawn(&mut self) {
-        let child = Command::new(&self.binary)
-            .args(&self.args)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server");
-        self.child = Some(child);
-        let url = format!("redis://127.0.0.1:{}/", self.port);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            let up = redis::Client::open(url.as_str())
-                .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
-                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
-            if up.is_ok() {
-                return;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server on port {} did not start", self.port);
-    }
-
-    /// SIGKILL, then start again on the same port and directory (AOF replayed).
-    fn kill_and_restart(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        self.spawn();
-    }
-}
-
-impl Drop for RedisProcess {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 fn signal(child: &Child, signal: &str) {
     let _ = Command::new("kill")
         .args([signal, &child.id().to_string()])
         .status();
 }
 
-fn default_module() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let root = manifest.parent().unwrap_or(manifest);
-    root.join("target").join("debug").join("libredis_lock.so")
-}
-
 pub fn run(options: Options) -> i32 {
-    let module = options.module.clone().unwrap_or_else(default_module);
+    let module = options
+        .module
+        .clone()
+        .unwrap_or_else(redis_lock_testkit::module_path);
     if !module.exists() {
         eprintln!(
             "torture: no module at {} (cargo build first)",
@@ -133,27 +55,11 @@ pub fn run(options: Options) -> i32 {
         return 2;
     }
     let work_dir = tempfile::tempdir().expect("a temp dir");
-    let (lock_dir, resource_dir, records) = (
-        work_dir.path().join("locks"),
-        work_dir.path().join("resource"),
-        work_dir.path().join("records"),
-    );
-    for dir in [&lock_dir, &resource_dir, &records] {
-        std::fs::create_dir_all(dir).expect("dirs");
-    }
-    let lock_args: Vec<String> = [
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--loadmodule",
-        &module.display().to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut locks = RedisProcess::start(&options.redis_server, &lock_dir, &lock_args);
-    let resource = RedisProcess::start(&options.redis_server, &resource_dir, &[]);
+    let records = work_dir.path().join("records");
+    std::fs::create_dir_all(&records).expect("records dir");
+    let server = Config::default().binary(options.redis_server.as_str());
+    let mut locks = Server::with(server.clone().module_file(&module).aof());
+    let resource = Server::with(server.without_module());
 
     let until = now_ns() + (options.seconds * 1e9) as i128;
     let (lock_port, resource_port) = (locks.port.to_string(), resource.port.to_string());
@@ -198,7 +104,7 @@ pub fn run(options: Options) -> i32 {
             }
             1 => {
                 // The lock server dies; AOF (fsync always) brings every grant back.
-                locks.kill_and_restart();
+                locks.restart();
                 restarts += 1;
             }
             _ => {

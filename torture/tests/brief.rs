@@ -1,7 +1,6 @@
 //! The torture test, briefly, as part of `make test` (`make torture` runs it longer).
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use redis_lock_testkit as common;
 
 use std::process::Command;
 

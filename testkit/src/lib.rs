@@ -1,11 +1,12 @@
-//! Test harness: a real redis-server with the freshly built module, on a free
-//! loopback port, in its own directory, stopped when the guard drops (also when a
-//! test fails).
+//! The one redis-server launcher of the project's tests, torture run, benchmarks and
+//! demo: a real redis-server with the freshly built module, on a free loopback port,
+//! in its own directory, stopped when the guard drops (also when a test fails).
+//! A server counts as started when it answers `PING` and its `INFO server` names the
+//! process this launcher spawned, so a port taken by someone else is never mistaken
+//! for ours.
 //!
 //! `REDIS_SERVER` picks another server binary (a Redis 7.2, 8.x or Valkey build);
 //! `REDIS_LOCK_MODULE` another module file.
-
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -67,6 +68,10 @@ pub struct Config {
     pub module_args: Vec<String>,
     /// Start a plain Redis, without the module.
     pub without_module: bool,
+    /// The module file, instead of [`module_path`].
+    pub module: Option<PathBuf>,
+    /// The server binary, instead of `REDIS_SERVER` or `redis-server`.
+    pub binary: Option<String>,
 }
 
 impl Config {
@@ -83,6 +88,16 @@ impl Config {
 
     pub fn without_module(mut self) -> Self {
         self.without_module = true;
+        self
+    }
+
+    pub fn module_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.module = Some(path.into());
+        self
+    }
+
+    pub fn binary(mut self, binary: impl Into<String>) -> Self {
+        self.binary = Some(binary.into());
         self
     }
 
@@ -145,15 +160,24 @@ impl Server {
         redis::Client::open(self.url()).expect("client")
     }
 
+    /// A connection whose reads time out after [`READ_TIMEOUT`]: a reply that never
+    /// comes (a waiter nobody answers) fails the test instead of hanging the suite.
+    /// A test that blocks longer on purpose sets its own timeout.
     pub fn connection(&self) -> Connection {
-        self.client().get_connection().expect("connection")
+        with_read_timeout(self.client().get_connection().expect("connection"))
     }
 
     pub fn resp3_connection(&self) -> Connection {
-        redis::Client::open(format!("{}?protocol=resp3", self.url()))
+        let con = redis::Client::open(format!("{}?protocol=resp3", self.url()))
             .expect("client")
             .get_connection()
-            .expect("RESP3 connection")
+            .expect("RESP3 connection");
+        with_read_timeout(con)
+    }
+
+    /// The pid of the running server process.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// Stops the server process (SIGSTOP): it keeps its connections but answers
@@ -238,6 +262,19 @@ impl Drop for Server {
     }
 }
 
+/// How long a test connection waits for a reply (ten times that under valgrind).
+pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn with_read_timeout(con: Connection) -> Connection {
+    let limit = if slow_server() {
+        READ_TIMEOUT * 10
+    } else {
+        READ_TIMEOUT
+    };
+    con.set_read_timeout(Some(limit)).expect("read timeout");
+    con
+}
+
 /// True when the server runs under a slow harness (valgrind): tests widen their
 /// timing bounds.
 pub fn slow_server() -> bool {
@@ -249,7 +286,8 @@ fn port_free(port: u16) -> bool {
 }
 
 fn spawn(dir: &Path, port: u16, config: &Config) -> Result<Child, String> {
-    let mut command = Command::new(server_binary());
+    let binary = config.binary.clone().unwrap_or_else(server_binary);
+    let mut command = Command::new(&binary);
     command
         .current_dir(dir)
         .args(["--port", &port.to_string()])
@@ -262,7 +300,7 @@ fn spawn(dir: &Path, port: u16, config: &Config) -> Result<Child, String> {
     if !config.without_module {
         command
             .arg("--loadmodule")
-            .arg(module_path())
+            .arg(config.module.clone().unwrap_or_else(module_path))
             .args(&config.module_args);
     }
     for (name, value) in &config.settings {
@@ -273,7 +311,7 @@ fn spawn(dir: &Path, port: u16, config: &Config) -> Result<Child, String> {
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", server_binary()))?;
+        .map_err(|e| format!("cannot run {binary}: {e}"))?;
     let deadline = Instant::now() + Duration::from_secs(if slow_server() { 120 } else { 20 });
     let url = format!("redis://127.0.0.1:{port}/");
     while Instant::now() < deadline {
@@ -281,12 +319,23 @@ fn spawn(dir: &Path, port: u16, config: &Config) -> Result<Child, String> {
             let log = std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default();
             return Err(format!("exited with {status}; log:\n{log}"));
         }
-        let ready = redis::Client::open(url.as_str())
+        let answering = redis::Client::open(url.as_str())
             .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(500)))
-            .and_then(|mut con| redis::cmd("PING").query::<String>(&mut con));
-        // PING answers LOADING while an AOF or RDB is still being read.
-        if ready.is_ok() {
-            return Ok(child);
+            .and_then(|mut con| {
+                // PING answers LOADING while an AOF or RDB is still being read.
+                redis::cmd("PING").query::<String>(&mut con)?;
+                Ok(info_field(&mut con, "server", "process_id"))
+            });
+        if let Ok(pid) = answering {
+            if pid.as_deref() == Some(child.id().to_string().as_str()) {
+                return Ok(child);
+            }
+            // Another process answers on this port: ours could not bind it.
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "port {port} is taken by another server (process_id {pid:?})"
+            ));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
