@@ -66,10 +66,9 @@ fn argument(rng: &mut StdRng) -> Vec<u8> {
     }
 }
 
-/// A random call. Two arguments are tamed, everything else is as random as it comes:
-/// WAIT never gets a timeout that could block long, and LOCK.APPLY never gets a
-/// token near `i64::MAX` (after which, by design, no greater token can be minted
-/// and every grant is refused: the rest of the run would test nothing).
+/// A random call. One argument is tamed, everything else is as random as it comes:
+/// WAIT never gets a timeout that could block long. (LOCK.APPLY, refused from
+/// clients, can no longer push the token mark to its end.)
 fn random_call(rng: &mut StdRng) -> Vec<Vec<u8>> {
     let mut call = vec![COMMANDS[rng.gen_range(0..COMMANDS.len())]
         .as_bytes()
@@ -80,16 +79,6 @@ fn random_call(rng: &mut StdRng) -> Vec<Vec<u8>> {
     };
     for _ in 0..arity {
         call.push(argument(rng));
-    }
-    if call[0] == b"LOCK.APPLY" {
-        if let Some(token) = call.get_mut(3) {
-            let parsed = std::str::from_utf8(token)
-                .ok()
-                .and_then(|t| t.parse::<i64>().ok());
-            if parsed.is_some_and(|t| t > 1 << 60) {
-                *token = rng.gen_range(1..1_000_000).to_string().into_bytes();
-            }
-        }
     }
     for i in 1..call.len() {
         if call[i].eq_ignore_ascii_case(b"WAIT") {

@@ -3,8 +3,8 @@
 //!
 //! Tokens normally follow the clock (unix ms x 1000), which alone would make them
 //! increase across a restart. To test what is persisted rather than the clock, each
-//! test first raises the token high-water mark far above the clock with LOCK.APPLY:
-//! only a server that kept that mark can hand out a greater token afterwards.
+//! test first raises the token high-water mark far above the clock with a restored
+//! lock: only a server that kept that mark can hand out a greater token afterwards.
 
 use redis_lock_testkit as common;
 
@@ -15,7 +15,7 @@ use redis::Connection;
 const HIGH: i64 = 100_000_000_000_000_000;
 
 fn apply(con: &mut Connection, key: &str, owner: &str, token: i64) {
-    let _: () = query(con, &["LOCK.APPLY", key, owner, &token.to_string()]).unwrap();
+    restore_lock(con, key, owner.as_bytes(), token, None).unwrap();
 }
 
 fn expire_time(con: &mut Connection, key: &str) -> i64 {

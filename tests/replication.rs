@@ -92,8 +92,7 @@ fn a_promoted_replica_keeps_tokens_increasing() {
     // Raise the master's tokens far above the clock, so only replication can carry
     // them to the replica.
     let high = 100_000_000_000_000_000_i64;
-    let _: () = query(&mut m, &["LOCK.APPLY", "seed", "seed", &high.to_string()]).unwrap();
-    let _: i64 = query(&mut m, &["DEL", "seed"]).unwrap();
+    raise_token_mark(&mut m, high);
     let mut last = 0;
     for i in 0..10 {
         let key = format!("k{i}");
@@ -123,8 +122,7 @@ fn a_full_sync_carries_the_high_water_mark() {
     let master = Server::start();
     let mut m = master.connection();
     let high = 100_000_000_000_000_000_i64;
-    let _: () = query(&mut m, &["LOCK.APPLY", "seed", "seed", &high.to_string()]).unwrap();
-    let _: i64 = query(&mut m, &["DEL", "seed"]).unwrap();
+    raise_token_mark(&mut m, high);
     let token = acquire(&mut m, "held", "a", 60_000).unwrap();
     let replica = Server::start();
     replica.replicate_from(&master);
@@ -138,7 +136,7 @@ fn a_coordinated_failover_keeps_tokens_increasing() {
     let (master, replica) = pair();
     let (mut m, mut r) = (master.connection(), replica.connection());
     let high = 100_000_000_000_000_000_i64;
-    let _: () = query(&mut m, &["LOCK.APPLY", "job", "a", &high.to_string()]).unwrap();
+    restore_lock(&mut m, "job", b"a", high, None).unwrap();
     let held = acquire(&mut m, "other", "a", 60_000).unwrap();
     // FAILOVER: the master pauses writes, waits for the replica, and swaps roles.
     let _: () = query(&mut m, &["FAILOVER", "TIMEOUT", "5000"]).unwrap();

@@ -591,8 +591,7 @@ fn waiters_get_an_error_when_no_token_is_left_and_the_server_stays_up() {
     let server = Server::start();
     let mut con = server.connection();
     // A lock with the last token there is: no greater one can be minted.
-    let last = (i64::MAX - 1).to_string();
-    let _: () = query(&mut con, &["LOCK.APPLY", "job", "holder", &last]).unwrap();
+    restore_lock(&mut con, "job", b"holder", i64::MAX - 1, None).unwrap();
     let waiters: Vec<_> = (0..200)
         .map(|i| {
             let mut wcon = server.connection();

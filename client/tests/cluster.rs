@@ -174,18 +174,7 @@ fn resharding_a_slot_carries_held_locks_with_owner_ttl_and_token() {
     let high = 100_000_000_000_000_000_i64;
     let (secs, _): (i64, i64) = query(&mut source, &["TIME"]).unwrap();
     let at = (secs + 60) * 1000;
-    let _: () = query(
-        &mut source,
-        &[
-            "LOCK.APPLY",
-            key,
-            "owner-1",
-            &high.to_string(),
-            "PXAT",
-            &at.to_string(),
-        ],
-    )
-    .unwrap();
+    common::restore_lock(&mut source, key, b"owner-1", high, Some(at)).unwrap();
 
     let slot = migrate_key(&cluster, key, from, to);
     finish_migration(&cluster, &slot, to);

@@ -1,7 +1,11 @@
 //! `LOCK.APPLY key owner token [PXAT unix-ms]`: the effect of a grant, as replicas and
 //! the AOF receive it. It stores the lock exactly as given, whatever was at the key,
 //! and raises the token high-water mark, so it gives the same result wherever and
-//! whenever it runs. Not meant for applications: they use LOCK.ACQUIRE.
+//! whenever it runs. Accepted only where a master's decision is replayed (the
+//! replication stream from the master, and AOF loading): from any client it is
+//! refused, whatever the client's ACL, since it could hand a key's lock to a forged
+//! owner or push the token mark to its end. Redis 7.0 puts module commands in no ACL
+//! category, so `-@admin` alone would not stop it there.
 
 use super::args::parse_apply;
 use super::{key_and_rest, Command, KeyAccess, Reply, MAX_ARGS};
@@ -24,7 +28,14 @@ pub const COMMAND: Command = Command {
     handler: apply,
 };
 
+/// What a client that calls LOCK.APPLY gets.
+pub const REFUSED: &str =
+    "ERR LOCK.APPLY is internal: only a master's replication stream and AOF loading may run it; use LOCK.ACQUIRE";
+
 fn apply(ctx: Ctx, args: &Args) -> Reply {
+    if !ctx.where_().replaying {
+        return Reply::error(REFUSED);
+    }
     let mut buf = [&[][..]; MAX_ARGS];
     let (key, rest) = match key_and_rest(args, 4, &mut buf) {
         Ok(parts) => parts,

@@ -554,3 +554,97 @@ fn info_field_cluster(con: &mut Connection) -> Option<String> {
         .find_map(|line| line.trim_end().strip_prefix("cluster_state:"))
         .map(str::to_string)
 }
+
+/// Stores a lock of `owner` with `token` at `key` (expiring at `expires_at`, Unix ms,
+/// or never), the way a client with RESTORE rights can: a DUMP payload built for it.
+/// A restored lock raises the server's token mark to its token, so tests use this to
+/// push the mark far above the clock (LOCK.APPLY, the module's replay command, is
+/// refused from clients).
+pub fn restore_lock(
+    con: &mut Connection,
+    key: &str,
+    owner: &[u8],
+    token: i64,
+    expires_at: Option<i64>,
+) -> RedisResult<()> {
+    let payload = lock_payload(con, &same_slot_as(key), owner, token);
+    let mut restore = redis::cmd("RESTORE");
+    restore
+        .arg(key)
+        .arg(expires_at.unwrap_or(0))
+        .arg(payload)
+        .arg("REPLACE");
+    if expires_at.is_some() {
+        restore.arg("ABSTTL");
+    }
+    restore.query(con)
+}
+
+/// Raises the server's token mark to `token` with a lock that is restored and then
+/// deleted, so nothing in the keyspace carries it.
+pub fn raise_token_mark(con: &mut Connection, token: i64) {
+    restore_lock(con, "testkit:mark", b"testkit", token, None).expect("RESTORE of a lock");
+    let _: i64 = query(con, &["DEL", "testkit:mark"]).expect("DEL");
+    assert!(lock_stat(con, "last_token") >= token);
+}
+
+/// A DUMP payload of a lock value: the module type and encoding version as this
+/// server writes them (taken from a DUMP of a real lock), the owner as a string, the
+/// token as an unsigned integer, the end opcode, then the RDB version and CRC-64.
+/// `probe` names the key the real lock is taken at for a moment; in a cluster it
+/// must hash to a slot of the connected node.
+pub fn lock_payload(con: &mut Connection, probe: &str, owner: &[u8], token: i64) -> Vec<u8> {
+    let _: Option<i64> = redis::cmd("LOCK.ACQUIRE")
+        .arg(probe)
+        .arg("probe")
+        .arg(60_000)
+        .query(con)
+        .expect("LOCK.ACQUIRE of the probe");
+    let real: Vec<u8> = query(con, &["DUMP", probe]).expect("DUMP");
+    let _: i64 = query(con, &["DEL", probe]).expect("DEL");
+    // [type 7][0x81][8-byte module id] ... [2-byte RDB version][8-byte CRC-64]
+    let type_and_id = &real[..10];
+    let version = &real[real.len() - 10..real.len() - 8];
+    const OPCODE_SINT: u8 = 2;
+    const OPCODE_STRING: u8 = 5;
+    const OPCODE_EOF: u8 = 0;
+    let mut value = type_and_id.to_vec();
+    value.push(OPCODE_STRING);
+    value.extend(rdb_len(owner.len() as u64));
+    value.extend_from_slice(owner);
+    value.push(OPCODE_SINT);
+    value.extend(rdb_len(token as u64));
+    value.push(OPCODE_EOF);
+    seal_payload(&value, version)
+}
+
+/// A DUMP payload's footer: the RDB version, then a CRC-64 of everything before it.
+pub fn seal_payload(value: &[u8], rdb_version: &[u8]) -> Vec<u8> {
+    let mut payload = [value, rdb_version].concat();
+    let crc = crc::Crc::<u64>::new(&crc::CRC_64_REDIS).checksum(&payload);
+    payload.extend_from_slice(&crc.to_le_bytes());
+    payload
+}
+
+/// A key name in the same cluster slot as `key`: one with the same hash tag.
+fn same_slot_as(key: &str) -> String {
+    let tag = key
+        .split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map(|(tag, _)| tag)
+        .filter(|tag| !tag.is_empty());
+    match tag {
+        Some(tag) => format!("{{{tag}}}testkit:probe"),
+        None => format!("{{{key}}}testkit:probe"),
+    }
+}
+
+/// A length as RDB encodes it (`rdbSaveLen`).
+fn rdb_len(len: u64) -> Vec<u8> {
+    match len {
+        0..=63 => vec![len as u8],
+        64..=16383 => vec![0x40 | (len >> 8) as u8, len as u8],
+        16384..=0xffff_ffff => [&[0x80][..], &(len as u32).to_be_bytes()].concat(),
+        _ => [&[0x81][..], &len.to_be_bytes()].concat(),
+    }
+}
