@@ -1,59 +1,86 @@
 //! What happens when a lock leaves the keyspace other than by LOCK.RELEASE: expiry,
-//! eviction, DEL, UNLINK, RENAME, MOVE, an overwrite, FLUSHDB/FLUSHALL.
+//! eviction, DEL, UNLINK, RENAME, MOVE, an overwrite, FLUSHDB/FLUSHALL; and what the
+//! module hears of keys' expiries changed by hand.
 //!
-//! Redis tells the data type about every removal of one of its keys ("unlink"), so
-//! the module needs no keyspace-event subscription for that (one would cost every
-//! other command that sends such events). Only expirations are also subscribed to,
-//! to count expirations of held locks: Redis sends "expired" right after the unlink.
+//! Redis tells the data type about every removal of one of its keys ("unlink"), and
+//! right after it, in the same call, sends the keyspace event of the removal:
+//! `expired` for an expiry, `evicted` for an eviction, `del`, `rename_from` and the
+//! like otherwise. The module listens to the generic, expired and evicted classes,
+//! and counts an expiration or eviction only for the event that names the very key
+//! object Redis just unlinked a lock under: the object is held until then, so no
+//! later key can reuse its address, and an expiry of a key that merely has a lock's
+//! old name is never counted.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use crate::blocking;
+use crate::ffi::{HeldString, RString};
 use crate::state::STATS;
 
 thread_local! {
-    // The key of the lock Redis unlinked last, until the next keyspace event.
-    // The buffer is reused, so tracking costs no allocation once warm.
-    static UNLINKED: RefCell<(bool, Vec<u8>)> = const { RefCell::new((false, Vec::new())) };
+    // The key object of the lock Redis unlinked last, until the next keyspace event.
+    static UNLINKED: RefCell<Option<HeldString>> = const { RefCell::new(None) };
+    // True while the module itself sends a keyspace event, which it already acted on.
+    static OWN_EVENT: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Redis is removing the lock at `key` in database `db`.
-pub fn lock_unlinked(db: i32, key: &[u8]) {
+pub fn lock_unlinked(db: i32, key: &RString) {
+    let held = HeldString::hold(key);
     UNLINKED.with(|cell| {
         if let Ok(mut unlinked) = cell.try_borrow_mut() {
-            unlinked.0 = true;
-            unlinked.1.clear();
-            unlinked.1.extend_from_slice(key);
+            *unlinked = held;
         }
     });
     // Whoever waits on it may get it now.
-    blocking::key_removed(db, key);
+    blocking::key_removed(db, key.as_bytes());
 }
 
-/// The module itself removed the lock it was told about (a release): no expiry
-/// event will follow for it.
+/// Forgets the lock unlinked last (the module removed it itself, or another event
+/// followed its removal).
 pub fn forget_unlinked() {
     UNLINKED.with(|cell| {
         if let Ok(mut unlinked) = cell.try_borrow_mut() {
-            unlinked.0 = false;
+            *unlinked = None;
         }
     });
 }
 
-/// True once, right after the lock at `key` was unlinked.
-fn take_unlinked(key: &[u8]) -> bool {
+/// True once, for the event that follows the unlink of a lock under `key`.
+fn take_unlinked(key: &RString) -> bool {
     UNLINKED.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut unlinked) if unlinked.0 && unlinked.1 == key => {
-            unlinked.0 = false;
-            true
-        }
-        _ => false,
+        Ok(mut unlinked) => unlinked.take().is_some_and(|held| held.is(key)),
+        Err(_) => false,
     })
 }
 
-/// Redis reports that `key` expired.
-pub fn key_expired(key: &[u8]) {
-    if take_unlinked(key) {
-        STATS.expirations.incr();
+/// Runs `send`, which sends a keyspace event of the module's own.
+pub fn own_event(send: impl FnOnce()) {
+    OWN_EVENT.with(|own| own.set(true));
+    send();
+    OWN_EVENT.with(|own| own.set(false));
+}
+
+/// Redis sent the keyspace event `event` about `key` in database `db`.
+pub fn keyspace_event(db: i32, event: &[u8], key: &RString) {
+    match event {
+        b"expired" => {
+            if take_unlinked(key) {
+                STATS.expirations.incr();
+            }
+        }
+        b"evicted" => {
+            if take_unlinked(key) {
+                STATS.evictions.incr();
+                blocking::key_evicted(db, key.as_bytes());
+            }
+        }
+        b"expire" => {
+            forget_unlinked();
+            if !OWN_EVENT.with(Cell::get) {
+                blocking::expiry_set_by_hand(db, key.as_bytes());
+            }
+        }
+        _ => forget_unlinked(),
     }
 }

@@ -5,6 +5,7 @@
 use std::ffi::CStr;
 
 use crate::events;
+use crate::ffi::RString;
 use crate::lock::Lock;
 use crate::state::MINT;
 
@@ -36,6 +37,6 @@ pub fn aux_loaded(high_water: i64) {
 }
 
 /// Redis is removing the lock at `key` in database `db` from the keyspace.
-pub fn unlinked(db: i32, key: &[u8]) {
+pub fn unlinked(db: i32, key: &RString) {
     events::lock_unlinked(db, key);
 }

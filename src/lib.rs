@@ -21,7 +21,7 @@ pub mod state;
 use redis_module::{configuration::ConfigurationFlags, redis_module, Context, RedisString, Status};
 
 use crate::ffi::datatype::LOCK_TYPE;
-use crate::state::{DEFAULT_MAX_OWNER_LEN, MAX_OWNER_LEN, MAX_TTL};
+use crate::state::{DEFAULT_MAX_OWNER_LEN, MAX_OWNER_LEN, MAX_TTL, OWNER_LEN_CEILING};
 
 // The Redis allocator is only there inside redis-server; unit tests and fuzz targets
 // use the system's.
@@ -30,10 +30,7 @@ use redis_module::alloc::RedisAlloc as ModuleAllocator;
 #[cfg(any(test, fuzzing))]
 use std::alloc::System as ModuleAllocator;
 
-/// Largest `lock.max-owner-len` accepted: owners are ids, not payloads.
-const OWNER_LEN_CEILING: i64 = 1 << 20;
-
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let missing = ffi::missing_required_apis();
     if !missing.is_empty() {
         ctx.log_warning(&format!(
@@ -42,8 +39,22 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ));
         return Status::Err;
     }
+    let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
+    match state::parse_load_args(&args) {
+        Ok(chosen) => {
+            for (setting, value) in chosen {
+                setting
+                    .value
+                    .store(value, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        Err(reason) => {
+            ctx.log_warning(&format!("lock module: {reason}"));
+            return Status::Err;
+        }
+    }
     let ctx = ffi::Ctx::new(ctx.ctx);
-    ffi::datatype::handle_io_errors(ctx);
+    ffi::datatype::set_module_options(ctx);
     if let Err(error) = ffi::command::register(ctx) {
         redis_module::raw::redis_log(ctx.raw(), &format!("lock module: {error}"));
         return Status::Err;
@@ -52,9 +63,11 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         || !ffi::info::register(ctx)
         || !ffi::events::subscribe(ctx)
         || !ffi::block::subscribe_flush(ctx)
+        || !ffi::events::subscribe_config(ctx)
     {
         return Status::Err;
     }
+    ffi::events::warn_if_locks_can_be_evicted(ctx);
     Status::Ok
 }
 
@@ -73,6 +86,7 @@ redis_module! {
         string: [],
         bool: [],
         enum: [],
-        module_args_as_configuration: true,
+        // Load arguments are read by `init`, which refuses unknown ones.
+        module_args_as_configuration: false,
     ]
 }

@@ -1,4 +1,5 @@
-//! What `INFO lock` reports: the counters, and the token high-water mark.
+//! What the module tells operators: `INFO lock` (the counters and the token
+//! high-water mark) and the warnings it logs.
 
 use std::ffi::CStr;
 
@@ -11,4 +12,36 @@ pub fn info_fields() -> impl Iterator<Item = (&'static CStr, i64)> {
         .into_iter()
         .map(|(name, value)| (name, i64::try_from(value).unwrap_or(i64::MAX)))
         .chain(std::iter::once((c"last_token", MINT.high_water())))
+}
+
+/// The warning to log when `maxmemory-policy` is `policy`, if that policy can evict
+/// locks: every policy but `noeviction` can (the volatile ones too, since every lock
+/// has a TTL), and an evicted lock is lost to its holder.
+pub fn eviction_warning(policy: &str) -> Option<String> {
+    (policy != "noeviction").then(|| {
+        format!(
+            "lock module: maxmemory-policy {policy} can evict locks: a lock evicted for memory \
+             is lost to its holder, and its waiters get OOM errors while memory is short; \
+             use noeviction on a server that holds locks"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_policy_but_noeviction_is_warned_of() {
+        assert_eq!(eviction_warning("noeviction"), None);
+        for policy in [
+            "allkeys-lru",
+            "volatile-ttl",
+            "volatile-lru",
+            "allkeys-random",
+        ] {
+            let warning = eviction_warning(policy).unwrap();
+            assert!(warning.contains(policy) && warning.contains("can evict locks"));
+        }
+    }
 }

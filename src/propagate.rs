@@ -13,6 +13,7 @@
 //! held lock, `del` (class `g`) for a release. Redis itself sends `expired`, `evicted`
 //! and `del` when a lock leaves in its other ways.
 
+use crate::events;
 use crate::ffi::{Arg, Ctx, EventClass};
 use crate::keyspace::APPLY_COMMAND;
 
@@ -40,10 +41,11 @@ pub fn applied(ctx: Ctx, key: Arg<'_>) {
     ctx.notify(EventClass::Module, GRANT_EVENT, key);
 }
 
-/// A new expiry of a held lock (refresh by its holder, EXTEND).
+/// A new expiry of a held lock (refresh by its holder, EXTEND). The module sees its
+/// own `expire` event too, and knows it already watches the new expiry.
 pub fn expiry(ctx: Ctx, key: Arg<'_>, expires_at: i64) {
     ctx.replicate(c"PEXPIREAT", &[key, Arg::Int(expires_at)]);
-    ctx.notify(EventClass::Generic, c"expire", key);
+    events::own_event(|| ctx.notify(EventClass::Generic, c"expire", key));
 }
 
 /// A release by its holder, by the command that made it (see above).

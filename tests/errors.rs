@@ -82,10 +82,27 @@ fn bad_owners_are_refused() {
     let long = vec![b'x'; 257];
     for command in [&b"LOCK.ACQUIRE"[..], b"LOCK.EXTEND"] {
         assert_refused(&mut con, &[command, b"k", b"", b"100"], "ERR", "owner");
-        assert_refused(&mut con, &[command, b"held", &long, b"100"], "ERR", "owner");
     }
     assert_refused(&mut con, &[b"LOCK.RELEASE", b"held", b""], "ERR", "owner");
-    assert_refused(&mut con, &[b"LOCK.RELEASE", b"held", &long], "ERR", "owner");
+    // lock.max-owner-len bounds new holdings: free or held by another owner.
+    assert_refused(
+        &mut con,
+        &[b"LOCK.ACQUIRE", b"k", &long, b"100"],
+        "ERR",
+        "max-owner-len",
+    );
+    assert_refused(
+        &mut con,
+        &[b"LOCK.ACQUIRE", b"held", &long, b"100"],
+        "ERR",
+        "max-owner-len",
+    );
+    let waiting = [&b"LOCK.ACQUIRE"[..], b"held", &long, b"100", b"WAIT", b"50"];
+    assert_refused(&mut con, &waiting, "ERR", "max-owner-len");
+    // A release or extend by such an owner is one by an owner that holds nothing.
+    let long = String::from_utf8(long).unwrap();
+    assert_eq!(release(&mut con, "held", &long), 0);
+    assert_eq!(extend(&mut con, "held", &long, 100), 0);
     // 256 bytes is still fine.
     assert!(acquire(&mut con, "k", &"x".repeat(256), 100).is_some());
 }

@@ -128,27 +128,6 @@ fn acl_key_patterns_apply_to_lock_commands() {
 }
 
 #[test]
-fn acquire_and_extend_are_refused_under_oom() {
-    let server = Server::start();
-    let mut con = server.connection();
-    acquire(&mut con, "job", "a", 60_000).unwrap();
-    let _: () = query(&mut con, &["CONFIG", "SET", "maxmemory", "1"]).unwrap();
-    let _: () = query(
-        &mut con,
-        &["CONFIG", "SET", "maxmemory-policy", "noeviction"],
-    )
-    .unwrap();
-    for args in [
-        &["LOCK.ACQUIRE", "other", "a", "100"][..],
-        &["LOCK.EXTEND", "job", "a", "100"],
-    ] {
-        let error = query::<Value>(&mut con, args).unwrap_err();
-        assert_eq!(error.code(), Some("OOM"), "{args:?}: {error}");
-    }
-    assert_eq!(lock_info(&mut con, "job").unwrap().owner, b"a");
-}
-
-#[test]
 fn lock_apply_is_refused_from_every_client_and_changes_nothing() {
     let server = Server::start();
     let mut con = server.connection();

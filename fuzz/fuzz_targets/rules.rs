@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
         let (ttl, now) = (i64_at(step, 2), i64_at(step, 10));
         let before = mint.high_water();
         match kind % 4 {
-            0 => match plan_acquire(current.as_ref(), &[owner], ttl, || now, &mint) {
+            0 => match plan_acquire(current.as_ref(), &[owner], ttl, || now, &mint, 1) {
                 Ok(AcquirePlan::Grant { token, expires_at }) => {
                     assert!(current.is_none());
                     assert!(token > before && token > 0);

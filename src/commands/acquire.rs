@@ -26,7 +26,8 @@ fn acquire(ctx: Ctx, args: &Args) -> Reply {
         Ok(parts) => parts,
         Err(reply) => return reply,
     };
-    let request = match parse_acquire(rest, &limits()) {
+    let limits = limits();
+    let request = match parse_acquire(rest, &limits) {
         Ok(request) => request,
         Err(error) => return Reply::error(error.to_string()),
     };
@@ -37,7 +38,14 @@ fn acquire(ctx: Ctx, args: &Args) -> Reply {
 
     let mut open = OpenKey::write(ctx, key);
     let plan = match lock_in(open.slot()) {
-        Ok(current) => plan_acquire(current, request.owner, request.ttl, || ctx.now_ms(), &MINT),
+        Ok(current) => plan_acquire(
+            current,
+            request.owner,
+            request.ttl,
+            || ctx.now_ms(),
+            &MINT,
+            limits.max_owner_len,
+        ),
         Err(reply) => return reply,
     };
     match plan {
@@ -55,7 +63,9 @@ fn acquire(ctx: Ctx, args: &Args) -> Reply {
             if !open.set_expires_at(expires_at) {
                 return Reply::error("ERR could not set the lock's expiry");
             }
+            drop(open);
             propagate::expiry(ctx, Arg::Str(key), expires_at);
+            blocking::expiry_changed(ctx, db, key_bytes, expires_at);
             STATS.refreshes.incr();
             Reply::Integer(token)
         }
@@ -65,8 +75,8 @@ fn acquire(ctx: Ctx, args: &Args) -> Reply {
                 // MULTI, scripts and replicated streams cannot block: as without WAIT.
                 Some(wait) if !ctx.where_().cannot_block => {
                     let timeout_ms = match wait {
-                        Wait::Forever => 0,
-                        Wait::Millis(ms) => ms,
+                        Wait::Forever => None,
+                        Wait::Millis(ms) => Some(ms),
                     };
                     let expiry = open.expires_at();
                     drop(open);

@@ -46,6 +46,9 @@ fn apply(ctx: Ctx, args: &Args) -> Reply {
         Err(error) => return Reply::error(error.to_string()),
     };
     MINT.observe(request.token);
+    if let Some(mark) = request.mark {
+        MINT.observe(mark);
+    }
     let mut open = OpenKey::write(ctx, key);
     if !open.set_lock(Lock::new(request.owner, request.token)) {
         return Reply::error("ERR could not store the lock");

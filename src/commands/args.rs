@@ -43,6 +43,8 @@ pub struct ApplyArgs<'a> {
     pub owner: &'a [u8],
     pub token: i64,
     pub expires_at: Option<i64>,
+    /// The server's token mark, from a pure-AOF rewrite.
+    pub mark: Option<i64>,
 }
 
 /// The largest TTL or WAIT timeout accepted, in ms (about 146 million years): far
@@ -56,10 +58,6 @@ pub const MAX_DURATION_MS: i64 = i64::MAX / 2;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ArgError {
     EmptyOwner,
-    OwnerTooLong {
-        len: usize,
-        max: usize,
-    },
     BadTtl,
     TtlOverMax {
         ttl: i64,
@@ -79,10 +77,6 @@ impl fmt::Display for ArgError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ArgError::EmptyOwner => write!(f, "ERR invalid owner: must not be empty"),
-            ArgError::OwnerTooLong { len, max } => write!(
-                f,
-                "ERR invalid owner: {len} bytes is longer than lock.max-owner-len ({max})"
-            ),
             ArgError::BadTtl => write!(
                 f,
                 "ERR invalid ttl: expected a positive integer of milliseconds"
@@ -143,15 +137,12 @@ fn parse_positive(arg: &[u8]) -> Option<i64> {
     parse_i64(arg).filter(|&n| n > 0)
 }
 
-pub fn parse_owner<'a>(arg: &'a [u8], limits: &Limits) -> Result<&'a [u8], ArgError> {
+/// An owner id: any non-empty bytes. `lock.max-owner-len` bounds only owners of new
+/// holdings (`lock::plan_acquire`): a holder can always release, extend and refresh
+/// what it holds, also after the setting was lowered.
+pub fn parse_owner(arg: &[u8]) -> Result<&[u8], ArgError> {
     if arg.is_empty() {
         return Err(ArgError::EmptyOwner);
-    }
-    if arg.len() > limits.max_owner_len {
-        return Err(ArgError::OwnerTooLong {
-            len: arg.len(),
-            max: limits.max_owner_len,
-        });
     }
     Ok(arg)
 }
@@ -190,7 +181,7 @@ pub fn parse_acquire<'a>(args: &[&'a [u8]], limits: &Limits) -> Result<AcquireAr
     let [owner, ttl, options @ ..] = args else {
         return Err(ArgError::MissingValue("LOCK.ACQUIRE"));
     };
-    let owner = parse_owner(owner, limits)?;
+    let owner = parse_owner(owner)?;
     let ttl = parse_ttl(ttl, limits)?;
     let mut wait = None;
     let mut rest = options;
@@ -214,7 +205,7 @@ pub fn parse_acquire<'a>(args: &[&'a [u8]], limits: &Limits) -> Result<AcquireAr
 pub fn parse_extend<'a>(args: &[&'a [u8]], limits: &Limits) -> Result<ExtendArgs<'a>, ArgError> {
     match args {
         [owner, ttl] => Ok(ExtendArgs {
-            owner: parse_owner(owner, limits)?,
+            owner: parse_owner(owner)?,
             ttl: parse_ttl(ttl, limits)?,
         }),
         [_, _, extra, ..] => Err(ArgError::UnknownOption(printable(extra))),
@@ -225,29 +216,44 @@ pub fn parse_extend<'a>(args: &[&'a [u8]], limits: &Limits) -> Result<ExtendArgs
 /// `owner token [PXAT unix-ms]`: the arguments of LOCK.APPLY after the key. The owner
 /// is not held to `lock.max-owner-len`: the master already checked it, and a replica
 /// with a smaller setting must still follow its master.
+///
+/// `MARK n` carries the server's token mark in an AOF rewritten without an RDB
+/// preamble (which holds no module data besides keys): replaying it raises the mark
+/// to `n`, so tokens of released locks are not forgotten.
 pub fn parse_apply<'a>(args: &[&'a [u8]]) -> Result<ApplyArgs<'a>, ArgError> {
-    let unlimited = Limits {
-        max_ttl: 0,
-        max_owner_len: usize::MAX,
+    let [owner, token, options @ ..] = args else {
+        return Err(ArgError::MissingValue("LOCK.APPLY"));
     };
-    let (owner, token, expires_at) = match args {
-        [owner, token] => (owner, token, None),
-        [owner, token, option, value] if option.eq_ignore_ascii_case(b"PXAT") => (
-            owner,
-            token,
-            Some(parse_positive(value).ok_or(ArgError::BadExpiry)?),
-        ),
-        [_, _, option] if option.eq_ignore_ascii_case(b"PXAT") => {
-            return Err(ArgError::MissingValue("PXAT"))
-        }
-        [_, _, option, ..] => return Err(ArgError::UnknownOption(printable(option))),
-        _ => return Err(ArgError::MissingValue("LOCK.APPLY")),
-    };
-    Ok(ApplyArgs {
-        owner: parse_owner(owner, &unlimited)?,
+    let mut request = ApplyArgs {
+        owner: parse_owner(owner)?,
         token: parse_positive(token).ok_or(ArgError::BadToken)?,
-        expires_at,
-    })
+        expires_at: None,
+        mark: None,
+    };
+    let mut rest = options;
+    while let [name, tail @ ..] = rest {
+        let (option, slot) = if name.eq_ignore_ascii_case(b"PXAT") {
+            ("PXAT", &mut request.expires_at)
+        } else if name.eq_ignore_ascii_case(b"MARK") {
+            ("MARK", &mut request.mark)
+        } else {
+            return Err(ArgError::UnknownOption(printable(name)));
+        };
+        let [value, tail @ ..] = tail else {
+            return Err(ArgError::MissingValue(option));
+        };
+        if slot.is_some() {
+            return Err(ArgError::RepeatedOption(option));
+        }
+        let bad = if option == "PXAT" {
+            ArgError::BadExpiry
+        } else {
+            ArgError::BadToken
+        };
+        *slot = Some(parse_positive(value).ok_or(bad)?);
+        rest = tail;
+    }
+    Ok(request)
 }
 
 #[cfg(test)]
@@ -303,12 +309,8 @@ mod tests {
 
     #[test]
     fn acquire_rejects_each_bad_argument_by_name() {
-        let cases: [(&[&[u8]], ArgError); 10] = [
+        let cases: [(&[&[u8]], ArgError); 9] = [
             (&[b"", b"100"], ArgError::EmptyOwner),
-            (
-                &[b"123456789", b"100"],
-                ArgError::OwnerTooLong { len: 9, max: 8 },
-            ),
             (&[b"me", b"0"], ArgError::BadTtl),
             (&[b"me", b"-5"], ArgError::BadTtl),
             (&[b"me", b"ten"], ArgError::BadTtl),
@@ -422,8 +424,22 @@ mod tests {
             Ok(ApplyArgs {
                 owner: b"me",
                 token: 42,
-                expires_at: Some(1_700_000_000_000)
+                expires_at: Some(1_700_000_000_000),
+                mark: None,
             })
+        );
+        assert_eq!(
+            parse_apply(&[b"me", b"42", b"MARK", b"99", b"PXAT", b"5"])
+                .map(|a| (a.mark, a.expires_at)),
+            Ok((Some(99), Some(5)))
+        );
+        assert_eq!(
+            parse_apply(&[b"me", b"42", b"MARK", b"1", b"mark", b"2"]),
+            Err(ArgError::RepeatedOption("MARK"))
+        );
+        assert_eq!(
+            parse_apply(&[b"me", b"42", b"MARK", b"-1"]),
+            Err(ArgError::BadToken)
         );
         assert_eq!(parse_apply(&[b"me", b"42"]).map(|a| a.expires_at), Ok(None));
         assert_eq!(parse_apply(&[b"me", b"0"]), Err(ArgError::BadToken));

@@ -2,6 +2,7 @@
 
 use super::args::parse_extend;
 use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
+use crate::blocking;
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Args, Ctx};
 use crate::lock::plan_extend;
@@ -10,7 +11,9 @@ use crate::state::{limits, STATS};
 
 pub const COMMAND: Command = Command {
     name: c"lock.extend",
-    flags: c"write deny-oom fast",
+    // Not `deny-oom`: a full server must still free and keep its locks, as DEL and
+    // PEXPIRE run under OOM. A hand-off it leads to is refused under OOM.
+    flags: c"write fast",
     arity: 4,
     acl_categories: c"write fast",
     key_access: KeyAccess::ReadWrite,
@@ -38,7 +41,9 @@ fn extend(ctx: Ctx, args: &Args) -> Reply {
             if !open.set_expires_at(expires_at) {
                 return Reply::error("ERR could not set the lock's expiry");
             }
+            drop(open);
             propagate::expiry(ctx, Arg::Str(key), expires_at);
+            blocking::expiry_changed(ctx, ctx.selected_db(), key.as_bytes(), expires_at);
             STATS.extends.incr();
             Reply::Integer(1)
         }

@@ -76,6 +76,8 @@ pub struct LockInfo {
 }
 
 pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+/// Redis's own reply to a `deny-oom` command under OOM.
+pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
 impl Reply {
     pub fn error(text: impl Into<Cow<'static, str>>) -> Reply {
@@ -114,6 +116,9 @@ impl From<LockError> for Reply {
             LockError::TokensExhausted => {
                 Reply::error("ERR fencing tokens are exhausted on this server")
             }
+            LockError::OwnerTooLong { len, max } => Reply::error(format!(
+                "ERR invalid owner: {len} bytes is longer than lock.max-owner-len ({max})"
+            )),
         }
     }
 }

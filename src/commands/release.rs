@@ -1,6 +1,6 @@
 //! `LOCK.RELEASE key owner`
 
-use super::args::{parse_owner, ArgError};
+use super::args::parse_owner;
 use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
 use crate::blocking;
 use crate::events;
@@ -8,11 +8,13 @@ use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Args, Ctx};
 use crate::lock::may_release;
 use crate::propagate;
-use crate::state::{limits, STATS};
+use crate::state::STATS;
 
 pub const COMMAND: Command = Command {
     name: c"lock.release",
-    flags: c"write deny-oom fast",
+    // Not `deny-oom`: a full server must still free and keep its locks, as DEL and
+    // PEXPIRE run under OOM. A hand-off it leads to is refused under OOM.
+    flags: c"write fast",
     arity: 3,
     acl_categories: c"write fast",
     key_access: KeyAccess::ReadWrite,
@@ -29,11 +31,10 @@ fn release(ctx: Ctx, args: &Args) -> Reply {
     let [owner] = rest else {
         return Reply::WrongArity;
     };
-    let owner = match parse_owner(owner, &limits()) {
+    // Whatever lock.max-owner-len says: it bounds new holdings only (a replica or
+    // AOF replays what its master released under the master's own setting).
+    let owner = match parse_owner(owner) {
         Ok(owner) => owner,
-        // The master (or the server that wrote the AOF) released it under its own
-        // lock.max-owner-len: replay it whatever this server's setting.
-        Err(ArgError::OwnerTooLong { .. }) if ctx.where_().replaying => owner,
         Err(error) => return Reply::error(error.to_string()),
     };
     let mut open = OpenKey::write(ctx, key);

@@ -13,6 +13,7 @@ use redis_module::raw;
 
 use super::{call, Ctx, ERR, OK};
 use crate::blocking::{self, Outcome, TimerJob};
+use crate::lock::timers::MAX_TIMER_DELAY_MS;
 
 /// A blocked client, by the handle Redis gave it; valid until it is unblocked, times
 /// out or disconnects (each of which removes it from the queues first).
@@ -52,11 +53,15 @@ extern "C" fn reply(
     match unsafe { data.cast::<Outcome>().as_ref() } {
         Some(Outcome::Token(token)) => ctx.reply_integer(*token),
         Some(Outcome::Error(text)) => ctx.reply_error(text),
-        None => ctx.reply_null(),
+        Some(Outcome::TimedOut) | None => ctx.reply_null(),
     }
     OK
 }
 
+/// Redis times out no waiter itself (they block without a Redis timeout; the module
+/// keeps their deadlines): this runs for `CLIENT UNBLOCK … TIMEOUT`, whose reply is
+/// null. A waiter the module had already answered with a grant may get here on
+/// Redis 7.2 and later, which then drop the grant's reply: the grant is taken back.
 extern "C" fn timeout(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
@@ -64,18 +69,22 @@ extern "C" fn timeout(
 ) -> c_int {
     let ctx = Ctx::new(ctx);
     let handle = handle_of(ctx);
-    let _ = catch_unwind(AssertUnwindSafe(|| blocking::timed_out(handle)));
+    let was_waiting = catch_unwind(AssertUnwindSafe(|| blocking::left(ctx, handle)));
     ctx.reply_null();
     // Redis frees the handle only once the module unblocks it, also after a timeout;
-    // the client is detached by then, so no second reply is sent.
-    call!(RedisModule_UnblockClient(handle.as_ptr(), ptr::null_mut()) else ERR);
+    // the client is detached by then, so no second reply is sent. One already
+    // answered was unblocked then: a second unblock would free it twice.
+    if was_waiting.unwrap_or(false) {
+        call!(RedisModule_UnblockClient(handle.as_ptr(), ptr::null_mut()) else ERR);
+    }
     OK
 }
 
 extern "C" fn disconnected(ctx: *mut raw::RedisModuleCtx, bc: *mut raw::RedisModuleBlockedClient) {
     let handle = Blocked(bc as usize);
     let was_waiting = catch_unwind(AssertUnwindSafe(|| blocking::left(Ctx::new(ctx), handle)));
-    if was_waiting.unwrap_or(true) {
+    // On a panic, leaking the handle is better than freeing it twice.
+    if was_waiting.unwrap_or(false) {
         // Redis frees a handle blocked with RedisModule_BlockClient only when the
         // module unblocks it, also after a disconnect; without a reply to send.
         call!(RedisModule_UnblockClient(bc, ptr::null_mut()) else ERR);
@@ -120,15 +129,16 @@ extern "C" fn flushed(
 }
 
 impl Ctx {
-    /// Blocks the calling client for up to `timeout_ms` (0: no limit). `None` when
-    /// Redis refuses (it then has already replied).
-    pub fn block(self, timeout_ms: i64) -> Option<Blocked> {
+    /// Blocks the calling client until the module answers it: Redis is given no
+    /// timeout (the module keeps the waiter's deadline, see `crate::blocking`), only
+    /// the callback that `CLIENT UNBLOCK` needs. `None` when Redis refuses.
+    pub fn block(self) -> Option<Blocked> {
         let bc = call!(RedisModule_BlockClient(
             self.raw(),
             Some(reply),
             Some(timeout),
             Some(free_outcome),
-            timeout_ms,
+            0,
         ) else ptr::null_mut());
         if bc.is_null() {
             return None;
@@ -146,15 +156,19 @@ impl Ctx {
         self.selected_db() == db || call!(RedisModule_SelectDb(self.raw(), db) else ERR) == OK
     }
 
-    /// Runs `job` after `delay_ms`; returns the timer id.
-    pub fn start_timer(self, delay_ms: i64, job: TimerJob) -> u64 {
+    /// Runs `job` after `delay_ms`, bounded to `0..=MAX_TIMER_DELAY_MS` (Redis 7.0
+    /// overflows a longer period into the past); returns the timer id.
+    pub fn start_timer(self, delay_ms: i64, job: TimerJob) -> Option<u64> {
+        let delay_ms = delay_ms.clamp(0, MAX_TIMER_DELAY_MS);
         let data = Box::into_raw(Box::new(job)).cast::<c_void>();
-        let id = call!(RedisModule_CreateTimer(self.raw(), delay_ms.max(0), Some(timer_fired), data) else 0);
+        let id =
+            call!(RedisModule_CreateTimer(self.raw(), delay_ms, Some(timer_fired), data) else 0);
         if id == 0 {
             // SAFETY: the timer was not created; the job is still ours.
             drop(unsafe { Box::from_raw(data.cast::<TimerJob>()) });
+            return None;
         }
-        id
+        Some(id)
     }
 
     /// Cancels a timer that has not fired yet; a fired or unknown id is ignored.

@@ -28,7 +28,10 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
         free_effort: None,
         unlink: None,
-        copy: Some(copy),
+        // No copy callback: COPY of a lock is refused ("not supported for this module
+        // key"). A copy would be a second live holding of the same owner and token,
+        // at a key whose earlier holders may have had greater tokens.
+        copy: None,
         defrag: None,
         mem_usage2: None,
         free_effort2: None,
@@ -46,12 +49,19 @@ pub fn lock_type() -> *mut raw::RedisModuleType {
         .map_or(ptr::null_mut(), |t| *t)
 }
 
-/// Tells Redis that the loaders check `RedisModule_IsIOError` and give up cleanly.
-/// Without it Redis treats any short or malformed read of our type as a corrupt RDB
-/// and exits, also for a RESTORE payload a client sent: with it, RESTORE replies
-/// `Bad data format` as for Redis's own types.
-pub fn handle_io_errors(ctx: Ctx) {
-    call!(RedisModule_SetModuleOptions(ctx.raw(), raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as i32) else ());
+/// Sets the module's options (one call sets them all):
+/// - `HANDLE_IO_ERRORS`: the loaders check `RedisModule_IsIOError` and give up
+///   cleanly. Without it Redis treats any short or malformed read of our type as a
+///   corrupt RDB and exits, also for a RESTORE payload a client sent: with it,
+///   RESTORE replies `Bad data format` as for Redis's own types.
+/// - `NO_IMPLICIT_SIGNAL_MODIFIED`: a key opened for writing is not signalled as
+///   modified when closed; the module signals the keys it changed (`OpenKey`), so a
+///   call that changes nothing (a miss, a refused release, an error) aborts no
+///   `WATCH` and invalidates no client-side cache, as `SET … NX` on a held key.
+pub fn set_module_options(ctx: Ctx) {
+    let options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
+        | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED;
+    call!(RedisModule_SetModuleOptions(ctx.raw(), options as i32) else ());
 }
 
 /// # Safety
@@ -107,21 +117,24 @@ extern "C" fn aof_rewrite(
     };
     let owner = lock.owner();
     // Redis appends the key's PEXPIREAT after what a type emits, so the command
-    // carries no expiry of its own.
+    // carries no expiry of its own. Each lock carries the token mark too: an AOF
+    // rewritten without RDB preamble has no other place for it.
     let Some(emit) = (unsafe { raw::RedisModule_EmitAOF }) else {
         return;
     };
     // SAFETY: variadic call matching the format: `s` a RedisModuleString*, `b` a
-    // pointer and a length, `l` a long long.
+    // pointer and a length, `l` a long long, `c` a C string.
     unsafe {
         emit(
             io,
             keyspace::APPLY_COMMAND.as_ptr(),
-            c"sbl".as_ptr(),
+            c"sblcl".as_ptr(),
             key,
             owner.as_ptr().cast::<c_char>(),
             owner.len(),
             lock.token() as std::ffi::c_longlong,
+            c"MARK".as_ptr(),
+            keyspace::aux_value() as std::ffi::c_longlong,
         )
     };
 }
@@ -150,23 +163,14 @@ extern "C" fn free(value: *mut c_void) {
     }
 }
 
-extern "C" fn copy(
-    _from: *mut raw::RedisModuleString,
-    _to: *mut raw::RedisModuleString,
-    value: *const c_void,
-) -> *mut c_void {
-    // SAFETY: Redis passes a value of our type.
-    unsafe { as_lock(value) }.map_or(ptr::null_mut(), |lock| {
-        Box::into_raw(Box::new(lock.clone())).cast::<c_void>()
-    })
-}
-
 /// Redis is removing a lock from the keyspace: DEL, UNLINK, RENAME, MOVE, expiry,
 /// eviction, an overwrite, or a release (not FLUSHALL, which has its own event).
 extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
     let key = call!(RedisModule_GetKeyNameFromOptCtx(ctx) else ptr::null());
     let db = call!(RedisModule_GetDbIdFromOptCtx(ctx) else 0);
-    let key = super::RString::from_ptr(key.cast_mut()).map_or(&[][..], super::RString::as_bytes);
+    let Some(key) = super::RString::from_ptr(key.cast_mut()) else {
+        return;
+    };
     let _ = std::panic::catch_unwind(|| keyspace::unlinked(db, key));
 }
 

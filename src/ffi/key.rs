@@ -17,36 +17,57 @@ pub enum Slot<'a> {
 }
 
 /// A key opened for a command; Redis has already removed it if it was expired.
+///
+/// Closing it signals the key as modified (`WATCH`, client-side caching) exactly
+/// when a write through it succeeded: the module asks Redis not to signal every key
+/// opened for writing (`set_module_options`).
 pub struct OpenKey {
     key: *mut raw::RedisModuleKey,
+    ctx: Ctx,
+    /// The key's name; made by `write_bytes` (and freed on drop) or borrowed.
+    name: *mut raw::RedisModuleString,
+    owns_name: bool,
+    modified: bool,
 }
 
 impl OpenKey {
     pub fn read(ctx: Ctx, name: &RString) -> Self {
-        Self::open(ctx, name, raw::REDISMODULE_READ)
+        Self::open(ctx, name.as_ptr(), false, raw::REDISMODULE_READ)
     }
 
     pub fn write(ctx: Ctx, name: &RString) -> Self {
-        Self::open(ctx, name, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE)
+        Self::open(
+            ctx,
+            name.as_ptr(),
+            false,
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
+        )
     }
 
     /// Opens for writing a key known only by its bytes (timers, events).
     pub fn write_bytes(ctx: Ctx, name: &[u8]) -> Self {
         let name = call!(RedisModule_CreateString(ctx.raw(), name.as_ptr().cast(), name.len()) else std::ptr::null_mut());
-        let Some(string) = RString::from_ptr(name) else {
-            return OpenKey {
-                key: std::ptr::null_mut(),
-            };
-        };
-        let open = Self::open(ctx, string, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE);
-        // The open key holds its own reference to the name.
-        call!(RedisModule_FreeString(ctx.raw(), name) else ());
-        open
+        Self::open(
+            ctx,
+            name,
+            true,
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
+        )
     }
 
-    fn open(ctx: Ctx, name: &RString, mode: u32) -> Self {
-        let key = call!(RedisModule_OpenKey(ctx.raw(), name.as_ptr(), mode as _) else std::ptr::null_mut());
-        OpenKey { key }
+    fn open(ctx: Ctx, name: *mut raw::RedisModuleString, owns_name: bool, mode: u32) -> Self {
+        let key = if name.is_null() {
+            std::ptr::null_mut()
+        } else {
+            call!(RedisModule_OpenKey(ctx.raw(), name, mode as _) else std::ptr::null_mut())
+        };
+        OpenKey {
+            key,
+            ctx,
+            name,
+            owns_name,
+            modified: false,
+        }
     }
 
     pub fn slot(&self) -> Slot<'_> {
@@ -87,12 +108,16 @@ impl OpenKey {
             drop(unsafe { Box::from_raw(value) });
             return false;
         }
+        self.modified = true;
         true
     }
 
     /// Sets the key's expiry to `at` (Unix ms).
     pub fn set_expires_at(&mut self, at: i64) -> bool {
-        !self.key.is_null() && call!(RedisModule_SetAbsExpire(self.key, at) else super::ERR) == OK
+        let set = !self.key.is_null()
+            && call!(RedisModule_SetAbsExpire(self.key, at) else super::ERR) == OK;
+        self.modified |= set;
+        set
     }
 
     /// The key's expiry (Unix ms), `None` when it has none.
@@ -105,7 +130,10 @@ impl OpenKey {
     }
 
     pub fn delete(&mut self) -> bool {
-        !self.key.is_null() && call!(RedisModule_DeleteKey(self.key) else super::ERR) == OK
+        let deleted =
+            !self.key.is_null() && call!(RedisModule_DeleteKey(self.key) else super::ERR) == OK;
+        self.modified |= deleted;
+        deleted
     }
 }
 
@@ -113,6 +141,12 @@ impl Drop for OpenKey {
     fn drop(&mut self) {
         if !self.key.is_null() {
             call!(RedisModule_CloseKey(self.key) else ());
+        }
+        if self.modified {
+            call!(RedisModule_SignalModifiedKey(self.ctx.raw(), self.name) else super::ERR);
+        }
+        if self.owns_name && !self.name.is_null() {
+            call!(RedisModule_FreeString(self.ctx.raw(), self.name) else ());
         }
     }
 }

@@ -108,6 +108,16 @@ pub fn missing_required_apis() -> Vec<&'static str> {
         RedisModule_GetDetachedThreadSafeContext,
         RedisModule_CreateStringFromLongLong,
         RedisModule_NotifyKeyspaceEvent,
+        RedisModule_HoldString,
+        RedisModule_SignalModifiedKey,
+        RedisModule_SetModuleOptions,
+        RedisModule_Log,
+        RedisModule_Call,
+        RedisModule_CallReplyType,
+        RedisModule_CallReplyArrayElement,
+        RedisModule_CallReplyStringPtr,
+        RedisModule_CallReplyInteger,
+        RedisModule_FreeCallReply,
     )
 }
 
@@ -136,6 +146,31 @@ pub fn init_module_ctx(ctx: Ctx) -> bool {
     !detached.is_null()
 }
 
+/// Writes `text` to the server log at warning level, as the module's (stderr is lost
+/// when redis-server runs daemonized).
+pub fn log_warning(text: &str) {
+    let line: Vec<u8> = text
+        .bytes()
+        .map(|b| if b == 0 { b' ' } else { b })
+        .collect();
+    let Ok(line) = CString::new(line) else {
+        return;
+    };
+    // SAFETY: reading a function pointer that Redis filled in at load time.
+    if let Some(log) = unsafe { raw::RedisModule_Log } {
+        // SAFETY: "%s" with one C string; a null context logs without module name,
+        // the module's own context with it.
+        unsafe {
+            log(
+                MODULE_CTX.load(Ordering::Relaxed),
+                c"warning".as_ptr(),
+                c"%s".as_ptr(),
+                line.as_ptr(),
+            )
+        };
+    }
+}
+
 impl Ctx {
     pub fn new(ctx: *mut raw::RedisModuleCtx) -> Self {
         Ctx(ctx)
@@ -157,6 +192,19 @@ impl Ctx {
     /// the failover's promise and meet keys that are expired but still present.
     pub fn writes_paused(self) -> bool {
         call!(RedisModule_AvoidReplicaTraffic() else 0) != 0
+    }
+
+    /// True when the server is a replica: its locks change only as its master says.
+    pub fn is_replica(self) -> bool {
+        let flags = call!(RedisModule_GetContextFlags(self.0) else 0) as u32;
+        flags & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0
+    }
+
+    /// True when memory is over `maxmemory` now, so that Redis would refuse a
+    /// `deny-oom` command (Redis computes it afresh for each call).
+    pub fn out_of_memory(self) -> bool {
+        let flags = call!(RedisModule_GetContextFlags(self.0) else 0) as u32;
+        flags & raw::REDISMODULE_CTX_FLAGS_OOM != 0
     }
 
     /// True when the server runs in cluster mode.
@@ -400,6 +448,32 @@ impl RString {
         // SAFETY: Redis returns the string's buffer and length; it lives as long as the
         // string, which outlives `self`'s borrow.
         unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }
+    }
+}
+
+/// A string Redis passed to a callback, kept alive past the callback: while held, no
+/// other string can take its address, so [`HeldString::is`] tells whether a later
+/// callback got the very same object. Released when dropped.
+pub struct HeldString(*mut raw::RedisModuleString);
+
+impl HeldString {
+    /// Holds `string` (Redis copies one that lives on its stack: it then never
+    /// matches, which is the safe answer).
+    pub fn hold(string: &RString) -> Option<HeldString> {
+        let held =
+            call!(RedisModule_HoldString(ptr::null_mut(), string.as_ptr()) else ptr::null_mut());
+        (!held.is_null()).then_some(HeldString(held))
+    }
+
+    /// True when `string` is the very object held.
+    pub fn is(&self, string: &RString) -> bool {
+        std::ptr::eq(self.0, string.as_ptr())
+    }
+}
+
+impl Drop for HeldString {
+    fn drop(&mut self) {
+        call!(RedisModule_FreeString(ptr::null_mut(), self.0) else ());
     }
 }
 

@@ -5,6 +5,7 @@
 pub mod owner;
 pub mod queue;
 pub mod stats;
+pub mod timers;
 pub mod token;
 
 use owner::Owner;
@@ -63,6 +64,8 @@ pub enum LockError {
     ExpiryOutOfRange,
     /// The token counter reached the end of `i64`.
     TokensExhausted,
+    /// A new holding asked for by an owner longer than `lock.max-owner-len`.
+    OwnerTooLong { len: usize, max: usize },
 }
 
 /// The absolute expiry (Unix ms) of a lock taken at `now_ms` for `ttl_ms`.
@@ -75,14 +78,24 @@ pub fn expires_at(now_ms: i64, ttl_ms: i64) -> Result<i64, LockError> {
 /// Decides an acquire of a key whose current lock is `current` (`None`: free).
 /// A token is minted only for a fresh grant. The clock `now_ms` is read only when
 /// the answer needs the time: a miss on a held lock (the common case under
-/// contention) does not.
+/// contention) does not. An owner longer than `max_owner_len` may only refresh what
+/// it holds (the limit may have been lowered since it took the lock); asking for a
+/// new holding, granted now or later, it gets an error.
 pub fn plan_acquire(
     current: Option<&Lock>,
     owner: &[u8],
     ttl_ms: i64,
     now_ms: impl FnOnce() -> i64,
     mint: &TokenMint,
+    max_owner_len: usize,
 ) -> Result<AcquirePlan, LockError> {
+    let holder = current.is_some_and(|lock| lock.is_held_by(owner));
+    if !holder && owner.len() > max_owner_len {
+        return Err(LockError::OwnerTooLong {
+            len: owner.len(),
+            max: max_owner_len,
+        });
+    }
     match current {
         Some(lock) if lock.is_held_by(owner) => Ok(AcquirePlan::Refresh {
             token: lock.token,
@@ -127,7 +140,7 @@ mod tests {
     #[test]
     fn a_free_key_is_granted_with_a_fresh_token() {
         let mint = TokenMint::new();
-        let plan = plan_acquire(None, b"a", 100, || NOW, &mint).unwrap();
+        let plan = plan_acquire(None, b"a", 100, || NOW, &mint, 64).unwrap();
         let expected_token = NOW * token::TOKENS_PER_MS;
         assert_eq!(
             plan,
@@ -143,7 +156,7 @@ mod tests {
     fn the_holder_refreshes_and_keeps_its_token() {
         let mint = TokenMint::new();
         let lock = Lock::new(b"a", 7);
-        let plan = plan_acquire(Some(&lock), b"a", 500, || NOW, &mint).unwrap();
+        let plan = plan_acquire(Some(&lock), b"a", 500, || NOW, &mint, 64).unwrap();
         assert_eq!(
             plan,
             AcquirePlan::Refresh {
@@ -163,7 +176,7 @@ mod tests {
             read_clock.set(true);
             NOW
         };
-        let plan = plan_acquire(Some(&lock), b"b", 100, clock, &mint).unwrap();
+        let plan = plan_acquire(Some(&lock), b"b", 100, clock, &mint, 64).unwrap();
         assert_eq!(plan, AcquirePlan::Busy);
         assert_eq!(mint.high_water(), 0);
         assert!(!read_clock.get(), "a miss must not read the clock");
@@ -187,7 +200,7 @@ mod tests {
         let mint = TokenMint::new();
         let mut last = 0;
         for _ in 0..5 {
-            match plan_acquire(None, b"a", 100, || NOW, &mint).unwrap() {
+            match plan_acquire(None, b"a", 100, || NOW, &mint, 64).unwrap() {
                 AcquirePlan::Grant { token, .. } => {
                     assert!(token > last);
                     last = token;
@@ -201,7 +214,7 @@ mod tests {
     fn an_expiry_past_the_end_of_time_is_an_error_and_mints_nothing() {
         let mint = TokenMint::new();
         assert_eq!(
-            plan_acquire(None, b"a", i64::MAX, || NOW, &mint),
+            plan_acquire(None, b"a", i64::MAX, || NOW, &mint, 64),
             Err(LockError::ExpiryOutOfRange)
         );
         assert_eq!(mint.high_water(), 0);
@@ -217,9 +230,32 @@ mod tests {
         let mint = TokenMint::new();
         mint.observe(i64::MAX - 1);
         assert_eq!(
-            plan_acquire(None, b"a", 1, || NOW, &mint),
+            plan_acquire(None, b"a", 1, || NOW, &mint, 64),
             Err(LockError::TokensExhausted)
         );
+    }
+
+    #[test]
+    fn an_over_long_owner_may_refresh_what_it_holds_but_take_nothing_new() {
+        let mint = TokenMint::new();
+        let long = [b'o'; 100];
+        let lock = Lock::new(&long, 7);
+        assert_eq!(
+            plan_acquire(Some(&lock), &long, 500, || NOW, &mint, 10),
+            Ok(AcquirePlan::Refresh {
+                token: 7,
+                expires_at: NOW + 500
+            })
+        );
+        let too_long = Err(LockError::OwnerTooLong { len: 100, max: 10 });
+        assert_eq!(plan_acquire(None, &long, 500, || NOW, &mint, 10), too_long);
+        let other = Lock::new(b"a", 7);
+        assert_eq!(
+            plan_acquire(Some(&other), &long, 500, || NOW, &mint, 10),
+            too_long,
+            "waiting for a new holding is refused too"
+        );
+        assert_eq!(mint.high_water(), 0);
     }
 
     #[test]

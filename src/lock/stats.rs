@@ -19,6 +19,8 @@ pub struct Stats {
     pub extends: Counter,
     /// Held locks that reached their TTL and were removed by Redis.
     pub expirations: Counter,
+    /// Held locks evicted by Redis for memory (any policy but noeviction).
+    pub evictions: Counter,
     /// Clients blocked in a WAIT queue right now.
     pub waiters: Counter,
     /// Waiters whose timeout passed before they got the lock.
@@ -73,6 +75,7 @@ impl Stats {
             releases: Counter::new(),
             extends: Counter::new(),
             expirations: Counter::new(),
+            evictions: Counter::new(),
             waiters: Counter::new(),
             wait_timeouts: Counter::new(),
             hand_offs: Counter::new(),
@@ -80,7 +83,7 @@ impl Stats {
     }
 
     /// The counters as `(INFO field name, value)`, in a stable order.
-    pub fn fields(&self) -> [(&'static CStr, u64); 9] {
+    pub fn fields(&self) -> [(&'static CStr, u64); 10] {
         [
             (c"acquisitions", self.acquisitions.get()),
             (c"refreshes", self.refreshes.get()),
@@ -88,6 +91,7 @@ impl Stats {
             (c"releases", self.releases.get()),
             (c"extends", self.extends.get()),
             (c"expirations", self.expirations.get()),
+            (c"evictions", self.evictions.get()),
             (c"waiters", self.waiters.get()),
             (c"wait_timeouts", self.wait_timeouts.get()),
             (c"hand_offs", self.hand_offs.get()),

@@ -121,6 +121,13 @@ impl Server {
     }
 
     pub fn with(config: Config) -> Server {
+        Server::try_with(config)
+            .unwrap_or_else(|error| panic!("redis-server did not start: {error}"))
+    }
+
+    /// Starts a server, or says why it did not (with its log): for tests of a
+    /// start-up that must fail.
+    pub fn try_with(config: Config) -> Result<Server, String> {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut last_error = String::new();
         for _ in 0..20 {
@@ -135,17 +142,24 @@ impl Server {
             }
             match spawn(dir.path(), port, &config) {
                 Ok(child) => {
-                    return Server {
+                    return Ok(Server {
                         child: Some(child),
                         port,
                         config,
                         dir,
-                    }
+                    })
+                }
+                // A server that exited for another reason than its port will not
+                // start on another one either.
+                Err(error)
+                    if error.starts_with("exited") && !error.contains("Address already in use") =>
+                {
+                    return Err(error)
                 }
                 Err(error) => last_error = error,
             }
         }
-        panic!("redis-server did not start: {last_error}");
+        Err(last_error)
     }
 
     pub fn dir(&self) -> &Path {
