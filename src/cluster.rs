@@ -1,6 +1,8 @@
 //! What this node's `CLUSTER NODES` says about a slot it is migrating away. Plain
 //! text parsing, unit-tested without a server; the glue asks Redis for the text.
 
+#![forbid(unsafe_code)]
+
 /// The address (`ip:port`, as Redis prints it in `-ASK` and `-MOVED` redirects) of
 /// the node that this node (flag `myself`) is migrating `slot` to, if it is.
 ///

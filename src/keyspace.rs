@@ -20,6 +20,7 @@ pub const APPLY_COMMAND: &CStr = c"LOCK.APPLY";
 /// token raises the mint's high-water mark, so a key that arrives by RESTORE or
 /// cluster migration never sees a smaller token afterwards.
 pub fn loaded(owner: &[u8], token: i64) -> Option<Lock> {
+    crate::fault::check("rdb_load", owner);
     if owner.is_empty() || token <= 0 {
         return None;
     }

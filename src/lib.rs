@@ -11,6 +11,7 @@ pub mod blocking;
 pub mod cluster;
 pub mod commands;
 pub mod events;
+pub mod fault;
 pub mod ffi;
 pub mod keyspace;
 pub mod lock;
@@ -54,6 +55,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         }
     }
     let ctx = ffi::Ctx::new(ctx.ctx);
+    ffi::log_panics();
     ffi::datatype::set_module_options(ctx);
     if let Err(error) = ffi::command::register(ctx) {
         redis_module::raw::redis_log(ctx.raw(), &format!("lock module: {error}"));

@@ -1,6 +1,8 @@
 //! What the module tells operators: `INFO lock` (the counters and the token
 //! high-water mark) and the warnings it logs.
 
+#![forbid(unsafe_code)]
+
 use std::ffi::CStr;
 
 use crate::state::{MINT, STATS};

@@ -2,6 +2,8 @@
 //! settings, with the load arguments that set them. Redis runs module code on its
 //! main thread; atomics make these statics `Sync` without `unsafe`.
 
+#![forbid(unsafe_code)]
+
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use crate::commands::args::{parse_i64, Limits};

@@ -31,6 +31,7 @@ fn acquire(ctx: Ctx, args: &Args) -> Reply {
         Ok(request) => request,
         Err(error) => return Reply::error(error.to_string()),
     };
+    crate::fault::check_command(request.owner);
     let key_bytes = key.as_bytes();
     let db = ctx.selected_db();
     // A free lock with waiters is theirs: hand it to the oldest before looking.

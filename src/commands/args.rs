@@ -2,6 +2,8 @@
 //! Plain Rust over byte slices, so it is unit-tested without a server. Every failure
 //! is an [`ArgError`] whose text is the error reply, naming the wrong argument.
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 
 /// Settings that bound what a command may ask for (`lock.max-ttl`, `lock.max-owner-len`).

@@ -93,8 +93,10 @@ extern "C" fn disconnected(ctx: *mut raw::RedisModuleCtx, bc: *mut raw::RedisMod
 
 extern "C" fn free_outcome(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     if !data.is_null() {
-        // SAFETY: the only private data ever set is a `Box<Outcome>` from `answer`.
-        drop(unsafe { Box::from_raw(data.cast::<Outcome>()) });
+        super::guarded((), || {
+            // SAFETY: the only private data ever set is a `Box<Outcome>` from `answer`.
+            drop(unsafe { Box::from_raw(data.cast::<Outcome>()) });
+        })
     }
 }
 

@@ -7,7 +7,8 @@ use std::ptr;
 
 use redis_module::{native_types::RedisType, raw};
 
-use super::{call, Ctx, ERR, OK};
+use super::{call, guarded, Ctx, ERR, OK};
+use crate::fault;
 use crate::keyspace;
 use crate::lock::Lock;
 
@@ -67,7 +68,8 @@ pub fn set_module_options(ctx: Ctx) {
 /// # Safety
 /// `value` is null or a value of our type, which is always a `Box<Lock>`.
 unsafe fn as_lock<'a>(value: *const c_void) -> Option<&'a Lock> {
-    value.cast::<Lock>().as_ref()
+    // SAFETY: as the caller promises.
+    unsafe { value.cast::<Lock>().as_ref() }
 }
 
 fn io_failed(io: *mut raw::RedisModuleIO) -> bool {
@@ -75,6 +77,11 @@ fn io_failed(io: *mut raw::RedisModuleIO) -> bool {
 }
 
 extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    // A panic loads nothing: Redis answers RESTORE with `Bad data format`.
+    guarded(ptr::null_mut(), || load_lock(io, encver))
+}
+
+fn load_lock(io: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     if encver != keyspace::ENCODING_VERSION {
         return ptr::null_mut();
     }
@@ -97,13 +104,16 @@ extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_voi
 }
 
 extern "C" fn rdb_save(io: *mut raw::RedisModuleIO, value: *mut c_void) {
-    // SAFETY: Redis passes a value of our type.
-    let Some(lock) = (unsafe { as_lock(value) }) else {
-        return;
-    };
-    let owner = lock.owner();
-    call!(RedisModule_SaveStringBuffer(io, owner.as_ptr().cast::<c_char>(), owner.len()) else ());
-    call!(RedisModule_SaveSigned(io, lock.token()) else ());
+    guarded((), || {
+        // SAFETY: Redis passes a value of our type.
+        let Some(lock) = (unsafe { as_lock(value) }) else {
+            return;
+        };
+        let owner = lock.owner();
+        fault::check("rdb_save", owner);
+        call!(RedisModule_SaveStringBuffer(io, owner.as_ptr().cast::<c_char>(), owner.len()) else ());
+        call!(RedisModule_SaveSigned(io, lock.token()) else ());
+    })
 }
 
 extern "C" fn aof_rewrite(
@@ -111,83 +121,104 @@ extern "C" fn aof_rewrite(
     key: *mut raw::RedisModuleString,
     value: *mut c_void,
 ) {
-    // SAFETY: Redis passes a value of our type.
-    let Some(lock) = (unsafe { as_lock(value) }) else {
-        return;
-    };
-    let owner = lock.owner();
-    // Redis appends the key's PEXPIREAT after what a type emits, so the command
-    // carries no expiry of its own. Each lock carries the token mark too: an AOF
-    // rewritten without RDB preamble has no other place for it.
-    let Some(emit) = (unsafe { raw::RedisModule_EmitAOF }) else {
-        return;
-    };
-    // SAFETY: variadic call matching the format: `s` a RedisModuleString*, `b` a
-    // pointer and a length, `l` a long long, `c` a C string.
-    unsafe {
-        emit(
-            io,
-            keyspace::APPLY_COMMAND.as_ptr(),
-            c"sblcl".as_ptr(),
-            key,
-            owner.as_ptr().cast::<c_char>(),
-            owner.len(),
-            lock.token() as std::ffi::c_longlong,
-            c"MARK".as_ptr(),
-            keyspace::aux_value() as std::ffi::c_longlong,
-        )
-    };
+    guarded((), || {
+        // SAFETY: Redis passes a value of our type.
+        let Some(lock) = (unsafe { as_lock(value) }) else {
+            return;
+        };
+        let owner = lock.owner();
+        fault::check("aof_rewrite", owner);
+        // Redis appends the key's PEXPIREAT after what a type emits, so the command
+        // carries no expiry of its own. Each lock carries the token mark too: an AOF
+        // rewritten without RDB preamble has no other place for it.
+        // SAFETY: reading a function pointer that Redis filled in at load time.
+        let Some(emit) = (unsafe { raw::RedisModule_EmitAOF }) else {
+            return;
+        };
+        // SAFETY: variadic call matching the format: `s` a RedisModuleString*, `b` a
+        // pointer and a length, `l` a long long, `c` a C string.
+        unsafe {
+            emit(
+                io,
+                keyspace::APPLY_COMMAND.as_ptr(),
+                c"sblcl".as_ptr(),
+                key,
+                owner.as_ptr().cast::<c_char>(),
+                owner.len(),
+                lock.token() as std::ffi::c_longlong,
+                c"MARK".as_ptr(),
+                keyspace::aux_value() as std::ffi::c_longlong,
+            )
+        };
+    })
 }
 
 extern "C" fn mem_usage(value: *const c_void) -> usize {
-    // SAFETY: Redis passes a value of our type.
-    unsafe { as_lock(value) }.map_or(0, |lock| std::mem::size_of::<Lock>() + lock.heap_size())
+    guarded(0, || {
+        // SAFETY: Redis passes a value of our type.
+        unsafe { as_lock(value) }.map_or(0, |lock| {
+            fault::check("mem_usage", lock.owner());
+            std::mem::size_of::<Lock>() + lock.heap_size()
+        })
+    })
 }
 
 extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
-    // SAFETY: Redis passes a value of our type.
-    let Some(lock) = (unsafe { as_lock(value) }) else {
-        return;
-    };
-    let owner = lock.owner();
-    call!(RedisModule_DigestAddStringBuffer(md, owner.as_ptr().cast::<c_char>(), owner.len()) else ());
-    call!(RedisModule_DigestAddLongLong(md, lock.token()) else ());
-    call!(RedisModule_DigestEndSequence(md) else ());
+    guarded((), || {
+        // SAFETY: Redis passes a value of our type.
+        let Some(lock) = (unsafe { as_lock(value) }) else {
+            return;
+        };
+        let owner = lock.owner();
+        fault::check("digest", owner);
+        call!(RedisModule_DigestAddStringBuffer(md, owner.as_ptr().cast::<c_char>(), owner.len()) else ());
+        call!(RedisModule_DigestAddLongLong(md, lock.token()) else ());
+        call!(RedisModule_DigestEndSequence(md) else ());
+    })
 }
 
 extern "C" fn free(value: *mut c_void) {
     if !value.is_null() {
-        // SAFETY: every value of our type was made by `Box::into_raw(Box<Lock>)`, and
-        // Redis frees each exactly once.
-        drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
+        // A panic while dropping leaks the value: better than an aborted server.
+        guarded((), || {
+            // SAFETY: every value of our type was made by `Box::into_raw(Box<Lock>)`,
+            // and Redis frees each exactly once.
+            drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
+        })
     }
 }
 
 /// Redis is removing a lock from the keyspace: DEL, UNLINK, RENAME, MOVE, expiry,
 /// eviction, an overwrite, or a release (not FLUSHALL, which has its own event).
 extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
-    let key = call!(RedisModule_GetKeyNameFromOptCtx(ctx) else ptr::null());
-    let db = call!(RedisModule_GetDbIdFromOptCtx(ctx) else 0);
-    let Some(key) = super::RString::from_ptr(key.cast_mut()) else {
-        return;
-    };
-    let _ = std::panic::catch_unwind(|| keyspace::unlinked(db, key));
+    guarded((), || {
+        let key = call!(RedisModule_GetKeyNameFromOptCtx(ctx) else ptr::null());
+        let db = call!(RedisModule_GetDbIdFromOptCtx(ctx) else 0);
+        if let Some(key) = super::RString::from_ptr(key.cast_mut()) {
+            keyspace::unlinked(db, key);
+        }
+    })
 }
 
 extern "C" fn aux_save(io: *mut raw::RedisModuleIO, when: c_int) {
-    if when == raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
-        call!(RedisModule_SaveSigned(io, keyspace::aux_value()) else ());
-    }
+    guarded((), || {
+        if when == raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+            call!(RedisModule_SaveSigned(io, keyspace::aux_value()) else ());
+        }
+    })
 }
 
 extern "C" fn aux_load(io: *mut raw::RedisModuleIO, encver: c_int, when: c_int) -> c_int {
-    if encver != keyspace::ENCODING_VERSION || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
-        return ERR;
-    }
-    let high_water = call!(RedisModule_LoadSigned(io) else 0);
-    if io_failed(io) {
-        return ERR;
-    }
-    keyspace::aux_loaded(high_water);
-    OK
+    guarded(ERR, || {
+        if encver != keyspace::ENCODING_VERSION || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int
+        {
+            return ERR;
+        }
+        let high_water = call!(RedisModule_LoadSigned(io) else 0);
+        if io_failed(io) {
+            return ERR;
+        }
+        keyspace::aux_loaded(high_water);
+        OK
+    })
 }

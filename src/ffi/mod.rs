@@ -146,6 +146,35 @@ pub fn init_module_ctx(ctx: Ctx) -> bool {
     !detached.is_null()
 }
 
+/// Runs `body`, the work of a callback from Redis: a panic there would unwind into
+/// Redis's C code and abort the server, so it becomes `fallback` instead (the panic
+/// hook has logged it, with its location).
+pub fn guarded<T>(fallback: T, body: impl FnOnce() -> T) -> T {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(fallback)
+}
+
+/// Makes every panic write one line to the server log, with its location, before it
+/// is caught by [`guarded`] (or a command's entry point).
+pub fn log_panics() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let location = info.location().map_or_else(
+            || "an unknown place".to_string(),
+            |l| format!("{}:{}", l.file(), l.line()),
+        );
+        let payload = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        log_warning(&format!(
+            "lock module: panic at {location}: {payload} (caught; the server goes on)"
+        ));
+        previous(info);
+    }));
+}
+
 /// Writes `text` to the server log at warning level, as the module's (stderr is lost
 /// when redis-server runs daemonized).
 pub fn log_warning(text: &str) {
@@ -487,7 +516,8 @@ impl<'a> Args<'a> {
         if argv.is_null() || argc <= 0 {
             return Args(&[]);
         }
-        Args(std::slice::from_raw_parts(argv, argc as usize))
+        // SAFETY: as the caller promises.
+        Args(unsafe { std::slice::from_raw_parts(argv, argc as usize) })
     }
 
     pub fn len(&self) -> usize {

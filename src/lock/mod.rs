@@ -2,6 +2,8 @@
 //! and extend. Nothing here knows about Redis; time comes in as an argument (Unix
 //! milliseconds), so every rule is unit-tested without a server.
 
+#![forbid(unsafe_code)]
+
 pub mod owner;
 pub mod queue;
 pub mod stats;

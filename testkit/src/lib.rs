@@ -68,7 +68,7 @@ pub struct Config {
     pub module_args: Vec<String>,
     /// Start a plain Redis, without the module.
     pub without_module: bool,
-    /// The module file, instead of [`module_path`].
+    /// The module file, instead of [`module_path()`].
     pub module: Option<PathBuf>,
     /// The server binary, instead of `REDIS_SERVER` or `redis-server`.
     pub binary: Option<String>,
