@@ -6,9 +6,10 @@
 //! - LOCK.RELEASE: inline, in the releasing command.
 //! - Expiry: a timer per queued key fires one millisecond after the lock's expiry
 //!   (Redis alone may remove an expired key much later) and opens the key, which makes
-//!   Redis delete it; the hand-off follows in that timer. Every change of the expiry
-//!   re-arms it when the lock now expires sooner: LOCK.EXTEND and refreshes directly,
-//!   `PEXPIRE` and the like through their `expire` keyspace event.
+//!   Redis delete it; the hand-off follows in that timer. LOCK.EXTEND and refreshes
+//!   re-arm it when the lock now expires sooner; while the lock is held, the timer
+//!   also looks every `EXPIRY_RECHECK_MS`, which catches an expiry shortened by hand
+//!   (`PEXPIRE`).
 //! - DEL, UNLINK, RENAME, MOVE, eviction, FLUSHDB/FLUSHALL: Redis tells the module
 //!   from inside its deletion, where writing is not allowed, so the key is marked and
 //!   a zero-delay timer hands off.
@@ -75,8 +76,6 @@ enum Mark {
     Removed,
     /// Evicted for memory: its waiters get the OOM error, not the lock.
     Evicted,
-    /// Its expiry was set by hand (`PEXPIRE`…): watch the new one.
-    ExpiryChanged,
 }
 
 #[derive(Default)]
@@ -247,12 +246,8 @@ pub fn expiry_changed(ctx: Ctx, db: i32, key: &[u8], expires_at: i64) {
 }
 
 /// Keeps one timer per queued key, due one millisecond after `expires_at`, at most
-/// a day ahead (`lock::timers`). A timer already due by then is kept.
+/// `EXPIRY_RECHECK_MS` ahead (`lock::timers`). A timer already due by then is kept.
 fn watch_expiry(ctx: Ctx, db: i32, key: &[u8], expires_at: Option<i64>) {
-    // No expiry (PERSIST): nothing to watch; a timer already armed looks again.
-    let Some(expires_at) = expires_at else {
-        return;
-    };
     if waiters(db, key) == 0 {
         return;
     }
@@ -450,13 +445,6 @@ pub fn key_evicted(db: i32, key: &[u8]) {
             }
         });
         mark([(db, key.into(), Mark::Evicted)]);
-    }
-}
-
-/// The expiry of `key` was set by a command other than the module's (`PEXPIRE`…).
-pub fn expiry_set_by_hand(db: i32, key: &[u8]) {
-    if waiters(db, key) > 0 {
-        mark([(db, key.into(), Mark::ExpiryChanged)]);
     }
 }
 

@@ -1,17 +1,16 @@
 //! What happens when a lock leaves the keyspace other than by LOCK.RELEASE: expiry,
-//! eviction, DEL, UNLINK, RENAME, MOVE, an overwrite, FLUSHDB/FLUSHALL; and what the
-//! module hears of keys' expiries changed by hand.
+//! eviction, DEL, UNLINK, RENAME, MOVE, an overwrite, FLUSHDB/FLUSHALL.
 //!
 //! Redis tells the data type about every removal of one of its keys ("unlink"), and
 //! right after it, in the same call, sends the keyspace event of the removal:
-//! `expired` for an expiry, `evicted` for an eviction, `del`, `rename_from` and the
-//! like otherwise. The module listens to the generic, expired and evicted classes,
-//! and counts an expiration or eviction only for the event that names the very key
-//! object Redis just unlinked a lock under: the object is held until then, so no
-//! later key can reuse its address, and an expiry of a key that merely has a lock's
-//! old name is never counted.
+//! `expired` for an expiry, `evicted` for an eviction. The module listens to those two
+//! classes only (no other command pays for it), and counts an expiration or eviction
+//! only for the event that names the very key object Redis just unlinked a lock
+//! under: the object is held until the next such event, so no later key can reuse its
+//! address, and an expiry of a key that merely has a lock's old name is never
+//! counted.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 
 use crate::blocking;
 use crate::ffi::{HeldString, RString};
@@ -20,8 +19,6 @@ use crate::state::STATS;
 thread_local! {
     // The key object of the lock Redis unlinked last, until the next keyspace event.
     static UNLINKED: RefCell<Option<HeldString>> = const { RefCell::new(None) };
-    // True while the module itself sends a keyspace event, which it already acted on.
-    static OWN_EVENT: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Redis is removing the lock at `key` in database `db`.
@@ -54,13 +51,6 @@ fn take_unlinked(key: &RString) -> bool {
     })
 }
 
-/// Runs `send`, which sends a keyspace event of the module's own.
-pub fn own_event(send: impl FnOnce()) {
-    OWN_EVENT.with(|own| own.set(true));
-    send();
-    OWN_EVENT.with(|own| own.set(false));
-}
-
 /// Redis sent the keyspace event `event` about `key` in database `db`.
 pub fn keyspace_event(db: i32, event: &[u8], key: &RString) {
     match event {
@@ -73,12 +63,6 @@ pub fn keyspace_event(db: i32, event: &[u8], key: &RString) {
             if take_unlinked(key) {
                 STATS.evictions.incr();
                 blocking::key_evicted(db, key.as_bytes());
-            }
-        }
-        b"expire" => {
-            forget_unlinked();
-            if !OWN_EVENT.with(Cell::get) {
-                blocking::expiry_set_by_hand(db, key.as_bytes());
             }
         }
         _ => forget_unlinked(),

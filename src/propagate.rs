@@ -13,7 +13,6 @@
 //! held lock, `del` (class `g`) for a release. Redis itself sends `expired`, `evicted`
 //! and `del` when a lock leaves in its other ways.
 
-use crate::events;
 use crate::ffi::{Arg, Ctx, EventClass};
 use crate::keyspace::APPLY_COMMAND;
 
@@ -41,11 +40,10 @@ pub fn applied(ctx: Ctx, key: Arg<'_>) {
     ctx.notify(EventClass::Module, GRANT_EVENT, key);
 }
 
-/// A new expiry of a held lock (refresh by its holder, EXTEND). The module sees its
-/// own `expire` event too, and knows it already watches the new expiry.
+/// A new expiry of a held lock (refresh by its holder, EXTEND).
 pub fn expiry(ctx: Ctx, key: Arg<'_>, expires_at: i64) {
     ctx.replicate(c"PEXPIREAT", &[key, Arg::Int(expires_at)]);
-    events::own_event(|| ctx.notify(EventClass::Generic, c"expire", key));
+    ctx.notify(EventClass::Generic, c"expire", key);
 }
 
 /// A release by its holder, by the command that made it (see above).

@@ -14,9 +14,11 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::Value;
 
-const COMMANDS: [&str; 9] = [
+/// The lock commands, and key commands a lock meets in the keyspace.
+const COMMANDS: [&str; 17] = [
     "LOCK.ACQUIRE",
     "lock.acquire",
+    "LOCK.ACQUIRE",
     "LOCK.RELEASE",
     "LOCK.EXTEND",
     "LOCK.INFO",
@@ -24,6 +26,13 @@ const COMMANDS: [&str; 9] = [
     "Lock.Extend",
     "DEL",
     "SET",
+    "PEXPIRE",
+    "PEXPIREAT",
+    "PERSIST",
+    "RENAME",
+    "COPY",
+    "MOVE",
+    "DUMP",
 ];
 
 fn number(rng: &mut StdRng) -> Vec<u8> {
@@ -77,8 +86,15 @@ fn random_call(rng: &mut StdRng) -> Vec<Vec<u8>> {
         0 => rng.gen_range(0..12),
         _ => rng.gen_range(1..6),
     };
+    // Redis's own commands echo some bad arguments in their errors, which the client
+    // cannot parse when they are not UTF-8: those get keys and numbers only.
+    let ours = call[0].to_ascii_uppercase().starts_with(b"LOCK.");
     for _ in 0..arity {
-        call.push(argument(rng));
+        let mut arg = argument(rng);
+        while !ours && std::str::from_utf8(&arg).is_err() {
+            arg = argument(rng);
+        }
+        call.push(arg);
     }
     for i in 1..call.len() {
         if call[i].eq_ignore_ascii_case(b"WAIT") {

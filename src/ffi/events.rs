@@ -1,5 +1,4 @@
-//! The notifications the module listens to: keyspace events of the generic class
-//! (`del`, `expire`, `rename_from`…), expirations and evictions (see
+//! The notifications the module listens to: expirations and evictions (see
 //! `crate::events`), and changes of `maxmemory-policy`.
 
 use std::ffi::{c_char, c_int, CStr};
@@ -30,12 +29,11 @@ extern "C" fn on_event(
     OK
 }
 
-/// Subscribes to the generic, expired and evicted classes (not the per-type
-/// classes: SET, LPUSH and the rest do not pay for the module).
+/// Subscribes to the expired and evicted classes only: Redis builds a context for
+/// a subscriber on every event of its classes, so DEL, SET and the rest do not pay
+/// for the module.
 pub fn subscribe(ctx: Ctx) -> bool {
-    let types = (raw::REDISMODULE_NOTIFY_GENERIC
-        | raw::REDISMODULE_NOTIFY_EXPIRED
-        | raw::REDISMODULE_NOTIFY_EVICTED) as c_int;
+    let types = (raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED) as c_int;
     call!(RedisModule_SubscribeToKeyspaceEvents(ctx.raw(), types, Some(on_event)) else ERR) == OK
 }
 
