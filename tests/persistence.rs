@@ -236,3 +236,45 @@ fn a_corrupt_restore_payload_is_refused_and_the_server_stays_up() {
         .unwrap();
     assert_eq!(lock_info(&mut con, "copy").unwrap().owner, b"owner-1");
 }
+
+/// A fixture written by the module's first on-disk format (`tests/fixtures/v1`).
+fn fixture(path: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/v1")
+        .join(path)
+}
+
+#[test]
+fn an_rdb_of_the_first_format_loads() {
+    let server = Server::with(Config::default().preload(fixture("rdb/dump.rdb")));
+    let mut con = server.connection();
+    let held = lock_info(&mut con, "fixture:held").expect("the lock loaded");
+    assert_eq!(held.owner, b"owner-a");
+    assert_eq!(expire_time(&mut con, "fixture:held"), 4_102_444_800_000);
+    let long = lock_info(&mut con, "fixture:long-owner").expect("the lock loaded");
+    assert_eq!(long.owner, vec![b'o'; 60]);
+    assert_eq!(lock_stat(&mut con, "last_token"), HIGH);
+    assert!(acquire(&mut con, "fresh", "b", 1000).unwrap() > HIGH);
+    assert_eq!(release(&mut con, "fixture:held", "owner-a"), 1);
+}
+
+#[test]
+fn an_aof_of_the_first_format_loads() {
+    let config = Config::default()
+        .aof()
+        .preload(fixture("aof/appendonlydir"));
+    let server = Server::with(config);
+    let mut con = server.connection();
+    assert_eq!(
+        lock_info(&mut con, "fixture:held").unwrap().owner,
+        b"owner-a"
+    );
+    let after = lock_info(&mut con, "fixture:after").expect("granted after the rewrite");
+    assert_eq!(
+        (after.owner.as_slice(), after.token),
+        (&b"owner-c"[..], HIGH + 1)
+    );
+    assert_eq!(expire_time(&mut con, "fixture:after"), 4_102_444_800_000);
+    assert_eq!(lock_info(&mut con, "fixture:released"), None);
+    assert!(acquire(&mut con, "fresh", "b", 1000).unwrap() > HIGH + 2);
+}

@@ -72,6 +72,9 @@ pub struct Config {
     pub module: Option<PathBuf>,
     /// The server binary, instead of `REDIS_SERVER` or `redis-server`.
     pub binary: Option<String>,
+    /// Files and directories copied into the server's directory before it starts
+    /// (an RDB or AOF for it to load).
+    pub preload: Vec<PathBuf>,
 }
 
 impl Config {
@@ -93,6 +96,13 @@ impl Config {
 
     pub fn module_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.module = Some(path.into());
+        self
+    }
+
+    /// Copies `path` (a file or a directory) into the server's directory before it
+    /// starts: `dump.rdb` or `appendonlydir` are then loaded.
+    pub fn preload(mut self, path: impl Into<PathBuf>) -> Self {
+        self.preload.push(path.into());
         self
     }
 
@@ -129,6 +139,10 @@ impl Server {
     /// start-up that must fail.
     pub fn try_with(config: Config) -> Result<Server, String> {
         let dir = tempfile::tempdir().expect("temp dir");
+        for path in &config.preload {
+            copy_into(path, dir.path())
+                .map_err(|e| format!("preloading {}: {e}", path.display()))?;
+        }
         let mut last_error = String::new();
         for _ in 0..20 {
             let port = portpicker::pick_unused_port().expect("a free port");
@@ -273,6 +287,21 @@ impl Drop for Server {
         }
         let _ = child.kill();
         let _ = child.wait();
+    }
+}
+
+/// Copies a file, or a directory and what it holds, into `dir`.
+fn copy_into(path: &Path, dir: &Path) -> std::io::Result<()> {
+    let name = path.file_name().unwrap_or_default();
+    let target = dir.join(name);
+    if path.is_dir() {
+        std::fs::create_dir_all(&target)?;
+        for entry in std::fs::read_dir(path)? {
+            copy_into(&entry?.path(), &target)?;
+        }
+        Ok(())
+    } else {
+        std::fs::copy(path, target).map(|_| ())
     }
 }
 
