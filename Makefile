@@ -84,7 +84,7 @@ torture: build
 # random argument vectors against a real server (tests/hostile.rs). cargo-fuzz's
 # sanitizer flags need RUSTC_BOOTSTRAP on a stable toolchain.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := args queue rules
+FUZZ_TARGETS := args queue planner
 fuzz: deps
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz
 	for target in $(FUZZ_TARGETS); do \

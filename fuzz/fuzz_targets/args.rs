@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use redis_lock::commands::args::{
+use redis_lock_core::args::{
     parse_acquire, parse_apply, parse_extend, parse_i64, Limits, Wait,
 };
 

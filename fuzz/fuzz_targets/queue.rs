@@ -3,7 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use redis_lock::lock::queue::{Queues, Waiter};
+use redis_lock_core::queue::{Queues, Waiter};
+use redis_lock_core::{Kind, Mode};
 
 fuzz_target!(|data: &[u8]| {
     let mut queues: Queues<u8> = Queues::new();
@@ -24,6 +25,8 @@ fuzz_target!(|data: &[u8]| {
                         handle,
                         owner: vec![owner].into(),
                         ttl: 1,
+                        kind: Kind::Exclusive,
+                        deadline: None,
                     },
                 );
             }
@@ -41,7 +44,7 @@ fuzz_target!(|data: &[u8]| {
             }
             _ => {
                 let taken: Vec<u8> = queues
-                    .take_owner(db, &key, &[owner])
+                    .take_owner(db, &key, &[owner], Mode::Exclusive)
                     .into_iter()
                     .map(|w| w.handle)
                     .collect();

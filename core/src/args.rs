@@ -1,0 +1,455 @@
+//! Argument parsing shared by every command: owners, TTLs, timeouts, options.
+//! Plain Rust over byte slices, so it is unit-tested without a server. Every failure
+//! is an [`ArgError`] whose text is the error reply, naming the wrong argument.
+
+use std::fmt;
+
+/// Settings that bound what a command may ask for (`lock.max-ttl`, `lock.max-owner-len`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest TTL in ms; 0 means no cap.
+    pub max_ttl: i64,
+    /// Longest owner in bytes.
+    pub max_owner_len: usize,
+}
+
+/// How long a `WAIT` lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// `WAIT 0`: until the lock is granted, as `BLPOP 0`.
+    Forever,
+    /// `WAIT ms`.
+    Millis(i64),
+}
+
+/// `LOCK.ACQUIRE key owner ttl [WAIT timeout]`, without the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AcquireArgs<'a> {
+    pub owner: &'a [u8],
+    pub ttl: i64,
+    pub wait: Option<Wait>,
+}
+
+/// `LOCK.EXTEND key owner ttl`, without the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExtendArgs<'a> {
+    pub owner: &'a [u8],
+    pub ttl: i64,
+}
+
+/// `LOCK.APPLY key owner token [PXAT unix-ms]`, without the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApplyArgs<'a> {
+    pub owner: &'a [u8],
+    pub token: i64,
+    pub expires_at: Option<i64>,
+    /// The server's token mark, from a pure-AOF rewrite.
+    pub mark: Option<i64>,
+}
+
+/// The largest TTL or WAIT timeout accepted, in ms (about 146 million years): far
+/// beyond any real use, and small enough that `now + it` always fits the `i64` of
+/// Unix milliseconds, for our expiry and for Redis, which adds a blocking timeout
+/// to its clock in C without a check. Checked at parse time, so a call is refused
+/// whatever state its lock is in, as `SET … PX` refuses such a TTL.
+pub const MAX_DURATION_MS: i64 = i64::MAX / 2;
+
+/// A bad argument. `Display` gives the whole error reply, `ERR` prefix included.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgError {
+    EmptyOwner,
+    BadTtl,
+    TtlOverMax {
+        ttl: i64,
+        max: i64,
+    },
+    BadTimeout,
+    /// A TTL or timeout over [`MAX_DURATION_MS`]; names which.
+    OutOfRange(&'static str),
+    MissingValue(&'static str),
+    UnknownOption(String),
+    RepeatedOption(&'static str),
+    BadToken,
+    BadExpiry,
+}
+
+impl fmt::Display for ArgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArgError::EmptyOwner => write!(f, "ERR invalid owner: must not be empty"),
+            ArgError::BadTtl => write!(
+                f,
+                "ERR invalid ttl: expected a positive integer of milliseconds"
+            ),
+            ArgError::TtlOverMax { ttl, max } => write!(
+                f,
+                "ERR invalid ttl: {ttl} ms is over lock.max-ttl ({max} ms)"
+            ),
+            ArgError::BadTimeout => write!(
+                f,
+                "ERR invalid timeout: expected 0 (no limit) or a positive integer of milliseconds"
+            ),
+            ArgError::OutOfRange(name) => write!(
+                f,
+                "ERR invalid {name}: out of range, at most {MAX_DURATION_MS} ms"
+            ),
+            ArgError::MissingValue(option) => {
+                write!(f, "ERR syntax error: {option} needs a value")
+            }
+            ArgError::UnknownOption(option) => {
+                write!(f, "ERR syntax error: unknown option '{option}'")
+            }
+            ArgError::RepeatedOption(option) => {
+                write!(f, "ERR syntax error: option {option} given more than once")
+            }
+            ArgError::BadToken => write!(f, "ERR invalid token: expected a positive integer"),
+            ArgError::BadExpiry => write!(
+                f,
+                "ERR invalid PXAT: expected a positive integer of Unix milliseconds"
+            ),
+        }
+    }
+}
+
+/// Parses an integer the way Redis does: an optional `-`, then digits, no `+`, no
+/// spaces, no leading zeros, within `i64`.
+pub fn parse_i64(arg: &[u8]) -> Option<i64> {
+    let digits = arg.strip_prefix(b"-").unwrap_or(arg);
+    let well_formed = match digits {
+        [b'0'] => arg.len() == 1,
+        [b'1'..=b'9', rest @ ..] => rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    if !well_formed {
+        return None;
+    }
+    // Digits are known to be ASCII here: accumulate directly (cheaper than going
+    // through str::parse on this hot path), towards the sign so i64::MIN fits.
+    let negative = arg.len() != digits.len();
+    digits.iter().try_fold(0i64, |n, d| {
+        let d = i64::from(d - b'0');
+        n.checked_mul(10)?
+            .checked_add(if negative { -d } else { d })
+    })
+}
+
+fn parse_positive(arg: &[u8]) -> Option<i64> {
+    parse_i64(arg).filter(|&n| n > 0)
+}
+
+/// An owner id: any non-empty bytes. `lock.max-owner-len` bounds only owners of new
+/// holdings (`lock::plan_acquire`): a holder can always release, extend and refresh
+/// what it holds, also after the setting was lowered.
+pub fn parse_owner(arg: &[u8]) -> Result<&[u8], ArgError> {
+    if arg.is_empty() {
+        return Err(ArgError::EmptyOwner);
+    }
+    Ok(arg)
+}
+
+pub fn parse_ttl(arg: &[u8], limits: &Limits) -> Result<i64, ArgError> {
+    let ttl = parse_positive(arg).ok_or(ArgError::BadTtl)?;
+    if limits.max_ttl > 0 && ttl > limits.max_ttl {
+        return Err(ArgError::TtlOverMax {
+            ttl,
+            max: limits.max_ttl,
+        });
+    }
+    if ttl > MAX_DURATION_MS {
+        return Err(ArgError::OutOfRange("ttl"));
+    }
+    Ok(ttl)
+}
+
+fn parse_timeout(arg: &[u8]) -> Result<Wait, ArgError> {
+    match parse_i64(arg) {
+        Some(0) => Ok(Wait::Forever),
+        Some(ms) if ms > MAX_DURATION_MS => Err(ArgError::OutOfRange("timeout")),
+        Some(ms) if ms > 0 => Ok(Wait::Millis(ms)),
+        _ => Err(ArgError::BadTimeout),
+    }
+}
+
+/// An option name as it may be shown in an error: ASCII, escaped, at most 64 bytes.
+fn printable(arg: &[u8]) -> String {
+    let shown = arg.get(..64).unwrap_or(arg);
+    shown.escape_ascii().to_string()
+}
+
+/// `owner ttl [WAIT timeout]`: the arguments of LOCK.ACQUIRE after the key.
+pub fn parse_acquire<'a>(args: &[&'a [u8]], limits: &Limits) -> Result<AcquireArgs<'a>, ArgError> {
+    let [owner, ttl, options @ ..] = args else {
+        return Err(ArgError::MissingValue("LOCK.ACQUIRE"));
+    };
+    let owner = parse_owner(owner)?;
+    let ttl = parse_ttl(ttl, limits)?;
+    let mut wait = None;
+    let mut rest = options;
+    while let [name, tail @ ..] = rest {
+        if !name.eq_ignore_ascii_case(b"WAIT") {
+            return Err(ArgError::UnknownOption(printable(name)));
+        }
+        let [value, tail @ ..] = tail else {
+            return Err(ArgError::MissingValue("WAIT"));
+        };
+        if wait.is_some() {
+            return Err(ArgError::RepeatedOption("WAIT"));
+        }
+        wait = Some(parse_timeout(value)?);
+        rest = tail;
+    }
+    Ok(AcquireArgs { owner, ttl, wait })
+}
+
+/// `owner ttl`: the arguments of LOCK.EXTEND after the key.
+pub fn parse_extend<'a>(args: &[&'a [u8]], limits: &Limits) -> Result<ExtendArgs<'a>, ArgError> {
+    match args {
+        [owner, ttl] => Ok(ExtendArgs {
+            owner: parse_owner(owner)?,
+            ttl: parse_ttl(ttl, limits)?,
+        }),
+        [_, _, extra, ..] => Err(ArgError::UnknownOption(printable(extra))),
+        _ => Err(ArgError::MissingValue("LOCK.EXTEND")),
+    }
+}
+
+/// `owner token [PXAT unix-ms]`: the arguments of LOCK.APPLY after the key. The owner
+/// is not held to `lock.max-owner-len`: the master already checked it, and a replica
+/// with a smaller setting must still follow its master.
+///
+/// `MARK n` carries the server's token mark in an AOF rewritten without an RDB
+/// preamble (which holds no module data besides keys): replaying it raises the mark
+/// to `n`, so tokens of released locks are not forgotten.
+pub fn parse_apply<'a>(args: &[&'a [u8]]) -> Result<ApplyArgs<'a>, ArgError> {
+    let [owner, token, options @ ..] = args else {
+        return Err(ArgError::MissingValue("LOCK.APPLY"));
+    };
+    let mut request = ApplyArgs {
+        owner: parse_owner(owner)?,
+        token: parse_positive(token).ok_or(ArgError::BadToken)?,
+        expires_at: None,
+        mark: None,
+    };
+    let mut rest = options;
+    while let [name, tail @ ..] = rest {
+        let (option, slot) = if name.eq_ignore_ascii_case(b"PXAT") {
+            ("PXAT", &mut request.expires_at)
+        } else if name.eq_ignore_ascii_case(b"MARK") {
+            ("MARK", &mut request.mark)
+        } else {
+            return Err(ArgError::UnknownOption(printable(name)));
+        };
+        let [value, tail @ ..] = tail else {
+            return Err(ArgError::MissingValue(option));
+        };
+        if slot.is_some() {
+            return Err(ArgError::RepeatedOption(option));
+        }
+        let bad = if option == "PXAT" {
+            ArgError::BadExpiry
+        } else {
+            ArgError::BadToken
+        };
+        *slot = Some(parse_positive(value).ok_or(bad)?);
+        rest = tail;
+    }
+    Ok(request)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        max_ttl: 0,
+        max_owner_len: 8,
+    };
+
+    #[test]
+    fn integers_parse_as_redis_parses_them() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"1500"), Some(1500));
+        assert_eq!(parse_i64(b"-7"), Some(-7));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_i64(b"-9223372036854775809"), None);
+        for bad in [
+            &b""[..],
+            b"-",
+            b"+5",
+            b"05",
+            b"-0",
+            b" 5",
+            b"5 ",
+            b"1e3",
+            b"1.5",
+            b"9223372036854775808",
+            b"\xff",
+        ] {
+            assert_eq!(parse_i64(bad), None, "{:?}", bad.escape_ascii().to_string());
+        }
+    }
+
+    #[test]
+    fn acquire_reads_owner_ttl_and_wait() {
+        let args = parse_acquire(&[b"me", b"100"], &LIMITS).unwrap();
+        assert_eq!(
+            args,
+            AcquireArgs {
+                owner: b"me",
+                ttl: 100,
+                wait: None
+            }
+        );
+        let args = parse_acquire(&[b"me", b"100", b"wait", b"0"], &LIMITS).unwrap();
+        assert_eq!(args.wait, Some(Wait::Forever));
+        let args = parse_acquire(&[b"me", b"100", b"WAIT", b"250"], &LIMITS).unwrap();
+        assert_eq!(args.wait, Some(Wait::Millis(250)));
+    }
+
+    #[test]
+    fn acquire_rejects_each_bad_argument_by_name() {
+        let cases: [(&[&[u8]], ArgError); 9] = [
+            (&[b"", b"100"], ArgError::EmptyOwner),
+            (&[b"me", b"0"], ArgError::BadTtl),
+            (&[b"me", b"-5"], ArgError::BadTtl),
+            (&[b"me", b"ten"], ArgError::BadTtl),
+            (&[b"me", b"99999999999999999999"], ArgError::BadTtl),
+            (&[b"me", b"1", b"WAIT"], ArgError::MissingValue("WAIT")),
+            (&[b"me", b"1", b"WAIT", b"-1"], ArgError::BadTimeout),
+            (
+                &[b"me", b"1", b"WAIT", b"1", b"WAIT", b"2"],
+                ArgError::RepeatedOption("WAIT"),
+            ),
+            (
+                &[b"me", b"1", b"NX", b"1"],
+                ArgError::UnknownOption("NX".into()),
+            ),
+        ];
+        for (args, expected) in cases {
+            assert_eq!(parse_acquire(args, &LIMITS), Err(expected));
+        }
+    }
+
+    #[test]
+    fn ttl_over_the_cap_is_refused_and_zero_means_no_cap() {
+        let capped = Limits {
+            max_ttl: 1000,
+            max_owner_len: 8,
+        };
+        assert_eq!(parse_ttl(b"1000", &capped), Ok(1000));
+        assert_eq!(
+            parse_ttl(b"1001", &capped),
+            Err(ArgError::TtlOverMax {
+                ttl: 1001,
+                max: 1000
+            })
+        );
+    }
+
+    #[test]
+    fn ttls_and_timeouts_whose_deadline_could_overflow_are_refused() {
+        let max = MAX_DURATION_MS.to_string();
+        let over = (MAX_DURATION_MS + 1).to_string();
+        assert_eq!(parse_ttl(max.as_bytes(), &LIMITS), Ok(MAX_DURATION_MS));
+        assert_eq!(
+            parse_ttl(over.as_bytes(), &LIMITS),
+            Err(ArgError::OutOfRange("ttl"))
+        );
+        assert_eq!(
+            parse_ttl(b"9223372036854775807", &LIMITS),
+            Err(ArgError::OutOfRange("ttl"))
+        );
+        assert_eq!(
+            parse_acquire(&[b"me", b"1", b"WAIT", max.as_bytes()], &LIMITS).map(|a| a.wait),
+            Ok(Some(Wait::Millis(MAX_DURATION_MS)))
+        );
+        assert_eq!(
+            parse_acquire(&[b"me", b"1", b"WAIT", over.as_bytes()], &LIMITS),
+            Err(ArgError::OutOfRange("timeout"))
+        );
+        // Even the largest deadline fits: now (Unix ms) is far below the bound.
+        let now_ms = 1_800_000_000_000i64;
+        assert!(now_ms.checked_add(MAX_DURATION_MS).is_some());
+    }
+
+    #[test]
+    fn error_texts_start_with_err_and_name_the_argument() {
+        let samples = [
+            (ArgError::BadTtl, "ttl"),
+            (ArgError::BadTimeout, "timeout"),
+            (ArgError::OutOfRange("ttl"), "ttl"),
+            (ArgError::OutOfRange("timeout"), "timeout"),
+            (ArgError::EmptyOwner, "owner"),
+            (ArgError::UnknownOption("X".into()), "'X'"),
+            (ArgError::BadToken, "token"),
+        ];
+        for (error, named) in samples {
+            let text = error.to_string();
+            assert!(text.starts_with("ERR "), "{text}");
+            assert!(text.contains(named), "{text}");
+        }
+    }
+
+    #[test]
+    fn unknown_options_are_shown_escaped_and_short() {
+        let long = [b'\n'; 200];
+        let error = parse_acquire(&[b"me", b"1", &long, b"1"], &LIMITS).unwrap_err();
+        let text = error.to_string();
+        assert!(text.is_ascii());
+        assert!(!text.contains('\n'));
+        assert!(text.len() < 400);
+    }
+
+    #[test]
+    fn extend_takes_exactly_owner_and_ttl() {
+        assert_eq!(
+            parse_extend(&[b"me", b"5"], &LIMITS),
+            Ok(ExtendArgs {
+                owner: b"me",
+                ttl: 5
+            })
+        );
+        assert_eq!(
+            parse_extend(&[b"me", b"5", b"WAIT"], &LIMITS),
+            Err(ArgError::UnknownOption("WAIT".into()))
+        );
+        assert_eq!(parse_extend(&[b"me", b"0"], &LIMITS), Err(ArgError::BadTtl));
+    }
+
+    #[test]
+    fn apply_reads_token_and_absolute_expiry() {
+        assert_eq!(
+            parse_apply(&[b"me", b"42", b"pxat", b"1700000000000"]),
+            Ok(ApplyArgs {
+                owner: b"me",
+                token: 42,
+                expires_at: Some(1_700_000_000_000),
+                mark: None,
+            })
+        );
+        assert_eq!(
+            parse_apply(&[b"me", b"42", b"MARK", b"99", b"PXAT", b"5"])
+                .map(|a| (a.mark, a.expires_at)),
+            Ok((Some(99), Some(5)))
+        );
+        assert_eq!(
+            parse_apply(&[b"me", b"42", b"MARK", b"1", b"mark", b"2"]),
+            Err(ArgError::RepeatedOption("MARK"))
+        );
+        assert_eq!(
+            parse_apply(&[b"me", b"42", b"MARK", b"-1"]),
+            Err(ArgError::BadToken)
+        );
+        assert_eq!(parse_apply(&[b"me", b"42"]).map(|a| a.expires_at), Ok(None));
+        assert_eq!(parse_apply(&[b"me", b"0"]), Err(ArgError::BadToken));
+        assert_eq!(
+            parse_apply(&[b"me", b"1", b"PXAT", b"x"]),
+            Err(ArgError::BadExpiry)
+        );
+        assert_eq!(
+            parse_apply(&[b"me", b"1", b"PXAT"]),
+            Err(ArgError::MissingValue("PXAT"))
+        );
+    }
+}

@@ -1,0 +1,320 @@
+//! What a lock holds: one exclusive holding, or one or more shared ones.
+//!
+//! The common case, one exclusive holding, stays as small as a lock ever was: its
+//! token and owner in 48 bytes (one allocation in jemalloc's 48-byte class), and its
+//! expiry is the key's own Redis expiry, not stored again here. Shared holdings each
+//! keep their own absolute expiry; the key's expiry is the latest of them, so the key
+//! lives while any holding does.
+
+use crate::owner::Owner;
+
+/// Whether a holding excludes all others (a write lock) or admits other shared
+/// ones (a read lock, a semaphore permit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    Exclusive,
+    Shared,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "exclusive",
+            Mode::Shared => "shared",
+        }
+    }
+}
+
+/// What an acquire asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The default: no other holding beside it.
+    Exclusive,
+    /// A shared holding, granted while no exclusive one exists and, with a limit,
+    /// while fewer than `limit` owners hold the key (a counting semaphore). The limit
+    /// belongs to the request: clients that disagree on it each get their own.
+    Shared { limit: Option<u32> },
+}
+
+impl Kind {
+    pub fn mode(self) -> Mode {
+        match self {
+            Kind::Exclusive => Mode::Exclusive,
+            Kind::Shared { .. } => Mode::Shared,
+        }
+    }
+}
+
+/// One shared holding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedHolding {
+    pub token: i64,
+    /// Absolute expiry, Unix ms.
+    pub expires_at: i64,
+    pub owner: Owner,
+}
+
+/// A lock value, as stored at a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lock {
+    /// One exclusive holding; its expiry is the key's.
+    Exclusive { token: i64, owner: Owner },
+    /// Shared holdings in grant order (oldest first); never empty.
+    Shared(Vec<SharedHolding>),
+}
+
+/// One holding as replies show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder<'a> {
+    pub owner: &'a [u8],
+    pub token: i64,
+    /// Absolute expiry, Unix ms; `None` when the key has no expiry (set by hand).
+    pub expires_at: Option<i64>,
+}
+
+/// True while a holding expiring at `expires_at` still holds at `now_ms`. As Redis
+/// treats a key: it lapses only once its time is strictly past.
+pub fn holds_at(expires_at: i64, now_ms: i64) -> bool {
+    expires_at >= now_ms
+}
+
+impl Lock {
+    /// A lock of one exclusive holding.
+    pub fn exclusive(owner: &[u8], token: i64) -> Self {
+        Lock::Exclusive {
+            token,
+            owner: Owner::new(owner),
+        }
+    }
+
+    /// A lock of one shared holding.
+    pub fn shared(owner: &[u8], token: i64, expires_at: i64) -> Self {
+        Lock::Shared(vec![SharedHolding {
+            token,
+            expires_at,
+            owner: Owner::new(owner),
+        }])
+    }
+
+    pub fn mode(&self) -> Mode {
+        match self {
+            Lock::Exclusive { .. } => Mode::Exclusive,
+            Lock::Shared(_) => Mode::Shared,
+        }
+    }
+
+    /// The holdings, oldest first, with their expiries (an exclusive holding's is
+    /// the key's, `key_expires_at`).
+    pub fn holders(&self, key_expires_at: Option<i64>) -> Vec<Holder<'_>> {
+        match self {
+            Lock::Exclusive { token, owner } => vec![Holder {
+                owner: owner.as_bytes(),
+                token: *token,
+                expires_at: key_expires_at,
+            }],
+            Lock::Shared(holdings) => holdings
+                .iter()
+                .map(|h| Holder {
+                    owner: h.owner.as_bytes(),
+                    token: h.token,
+                    expires_at: Some(h.expires_at),
+                })
+                .collect(),
+        }
+    }
+
+    /// The holdings that still hold at `now_ms` (shared holdings whose expiry passed
+    /// are gone, even before the module removes them).
+    pub fn live_holders(&self, key_expires_at: Option<i64>, now_ms: i64) -> Vec<Holder<'_>> {
+        let mut holders = self.holders(key_expires_at);
+        holders.retain(|h| h.expires_at.is_none_or(|at| holds_at(at, now_ms)));
+        holders
+    }
+
+    /// The token of `owner`'s holding in `mode`, if it has one (lapsed or not).
+    pub fn token_of(&self, owner: &[u8], mode: Mode) -> Option<i64> {
+        match self {
+            Lock::Exclusive { token, owner: o } if mode == Mode::Exclusive => {
+                (o.as_bytes() == owner).then_some(*token)
+            }
+            Lock::Shared(holdings) if mode == Mode::Shared => holdings
+                .iter()
+                .find(|h| h.owner.as_bytes() == owner)
+                .map(|h| h.token),
+            _ => None,
+        }
+    }
+
+    /// True when `owner` has a holding here, in either mode (lapsed or not).
+    pub fn is_held_by(&self, owner: &[u8]) -> bool {
+        self.token_of(owner, self.mode()).is_some()
+    }
+
+    /// Shared holdings' count; 1 for an exclusive lock.
+    pub fn len(&self) -> usize {
+        match self {
+            Lock::Exclusive { .. } => 1,
+            Lock::Shared(holdings) => holdings.len(),
+        }
+    }
+
+    /// Never true: a lock has at least one holding (a lock whose last holding goes
+    /// is deleted).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The key's expiry for these holdings: the latest shared one, or (exclusive)
+    /// the key's own.
+    pub fn key_expiry(&self, key_expires_at: Option<i64>) -> Option<i64> {
+        match self {
+            Lock::Exclusive { .. } => key_expires_at,
+            Lock::Shared(holdings) => holdings.iter().map(|h| h.expires_at).max(),
+        }
+    }
+
+    /// The earliest expiry among shared holdings, if it comes before the key's: when
+    /// a holding lapses while others live on, and must be removed by the module.
+    pub fn next_lapse(&self) -> Option<i64> {
+        match self {
+            Lock::Exclusive { .. } => None,
+            Lock::Shared(holdings) => {
+                let first = holdings.iter().map(|h| h.expires_at).min()?;
+                let last = holdings.iter().map(|h| h.expires_at).max()?;
+                (first < last).then_some(first)
+            }
+        }
+    }
+
+    /// Adds a shared holding (the lock is shared).
+    pub fn add_shared(&mut self, owner: &[u8], token: i64, expires_at: i64) {
+        if let Lock::Shared(holdings) = self {
+            holdings.push(SharedHolding {
+                token,
+                expires_at,
+                owner: Owner::new(owner),
+            });
+        }
+    }
+
+    /// Sets the expiry of `owner`'s shared holding.
+    pub fn set_shared_expiry(&mut self, owner: &[u8], expires_at: i64) -> bool {
+        match self {
+            Lock::Shared(holdings) => holdings
+                .iter_mut()
+                .find(|h| h.owner.as_bytes() == owner)
+                .map(|h| h.expires_at = expires_at)
+                .is_some(),
+            Lock::Exclusive { .. } => false,
+        }
+    }
+
+    /// Removes `owner`'s holding; true if it had one. A lock left empty must be
+    /// deleted by the caller (see [`Lock::is_empty`]): for an exclusive lock that is
+    /// always the case.
+    pub fn remove(&mut self, owner: &[u8]) -> bool {
+        match self {
+            Lock::Exclusive { owner: o, .. } => o.as_bytes() == owner,
+            Lock::Shared(holdings) => {
+                let before = holdings.len();
+                holdings.retain(|h| h.owner.as_bytes() != owner);
+                holdings.len() < before
+            }
+        }
+    }
+
+    /// Removes the shared holdings that lapsed at `now_ms`; returns their owners,
+    /// oldest first. An exclusive lock lapses with its key, which Redis removes.
+    pub fn remove_lapsed(&mut self, now_ms: i64) -> Vec<Box<[u8]>> {
+        let Lock::Shared(holdings) = self else {
+            return Vec::new();
+        };
+        let mut lapsed = Vec::new();
+        holdings.retain(|h| {
+            let live = holds_at(h.expires_at, now_ms);
+            if !live {
+                lapsed.push(h.owner.as_bytes().into());
+            }
+            live
+        });
+        lapsed
+    }
+
+    /// Heap bytes this lock owns besides the `Lock` itself (for `MEMORY USAGE`).
+    pub fn heap_size(&self) -> usize {
+        match self {
+            Lock::Exclusive { owner, .. } => owner.heap_size(),
+            Lock::Shared(holdings) => {
+                holdings.capacity() * std::mem::size_of::<SharedHolding>()
+                    + holdings.iter().map(|h| h.owner.heap_size()).sum::<usize>()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exclusive_lock_with_a_uuid_owner_fits_one_48_byte_allocation() {
+        assert_eq!(std::mem::size_of::<Lock>(), 48);
+    }
+
+    #[test]
+    fn owners_compare_as_bytes() {
+        let lock = Lock::exclusive(b"owner\0\xff", 1);
+        assert!(lock.is_held_by(b"owner\0\xff"));
+        assert!(!lock.is_held_by(b"owner\0"));
+        assert!(!lock.is_held_by(b"OWNER\0\xff"));
+    }
+
+    #[test]
+    fn an_exclusive_holding_expires_with_its_key() {
+        let lock = Lock::exclusive(b"a", 7);
+        assert_eq!(lock.key_expiry(Some(500)), Some(500));
+        assert_eq!(
+            lock.holders(Some(500)),
+            [Holder {
+                owner: b"a",
+                token: 7,
+                expires_at: Some(500)
+            }]
+        );
+        assert_eq!(lock.next_lapse(), None);
+        assert_eq!(
+            lock.token_of(b"a", Mode::Shared),
+            None,
+            "not in the other mode"
+        );
+    }
+
+    #[test]
+    fn the_key_of_shared_holdings_expires_with_the_last_of_them() {
+        let mut lock = Lock::shared(b"a", 1, 300);
+        lock.add_shared(b"b", 2, 100);
+        lock.add_shared(b"c", 3, 200);
+        assert_eq!(lock.key_expiry(None), Some(300));
+        assert_eq!(lock.next_lapse(), Some(100));
+        assert_eq!(lock.live_holders(None, 150).len(), 2);
+        assert_eq!(lock.remove_lapsed(150), [b"b"[..].into()]);
+        assert_eq!(lock.next_lapse(), Some(200));
+        assert!(lock.set_shared_expiry(b"c", 300));
+        assert_eq!(lock.next_lapse(), None, "all end together");
+        assert!(lock.remove(b"a") && !lock.remove(b"a"));
+        assert_eq!(
+            lock.holders(None)
+                .iter()
+                .map(|h| h.token)
+                .collect::<Vec<_>>(),
+            [3]
+        );
+        assert!(lock.remove(b"c") && lock.is_empty());
+    }
+
+    #[test]
+    fn a_holding_lapses_only_once_its_time_is_strictly_past() {
+        assert!(holds_at(100, 100));
+        assert!(!holds_at(100, 101));
+    }
+}
