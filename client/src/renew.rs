@@ -32,11 +32,11 @@ fn retry_delay(ttl: Duration) -> Duration {
     (period(ttl) / 4).clamp(Duration::from_millis(10), Duration::from_millis(250))
 }
 
-/// How long one renewal may take: what is left of the lease, at most a period.
+/// How long one renewal (with its connect, if any) may take: what is left of the
+/// lease. A renewal acknowledged later could not keep the lease anyway; and over a
+/// slow path, a connect and its handshake may need more than a period.
 fn attempt_limit(lock: &Lock) -> Duration {
-    lock.remaining()
-        .min(period(lock.ttl()))
-        .max(Duration::from_millis(10))
+    lock.remaining().max(Duration::from_millis(10))
 }
 
 /// How long [`Renewer::stop`] waits for its thread at most.
