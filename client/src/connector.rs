@@ -236,7 +236,7 @@ impl<K: Connector> Releaser for FromConnector<K> {
             return;
         };
         let release = self.release(lock);
-        let _ = runtime.block_on(tokio::time::timeout(RELEASE_LIMIT * 2, release));
+        let _ = runtime.block_on(async { tokio::time::timeout(RELEASE_LIMIT * 2, release).await });
     }
 }
 
