@@ -196,20 +196,20 @@ pub(crate) async fn acquire_on<C: ConnectionLike + Send>(
     con: &mut C,
     request: &Request,
 ) -> Result<Option<Lock>> {
-    let pipeline = request.pipeline()?;
+    let command = request.command()?;
+    let pipeline = request.durable.map(|_| request.pipeline()).transpose()?;
     let mut attempt = 0;
     loop {
         let sent = Instant::now();
-        let reply = if request.durable.is_some() {
-            pipeline
+        let reply = match &pipeline {
+            Some(pipe) => pipe
                 .query_async::<(Option<i64>, i64)>(con)
                 .await
-                .map(|(token, acked)| (token, Some(acked)))
-        } else {
-            pipeline
-                .query_async::<(Option<i64>,)>(con)
+                .map(|(token, acked)| (token, Some(acked))),
+            None => command
+                .query_async::<Option<i64>>(con)
                 .await
-                .map(|(token,)| (token, None))
+                .map(|token| (token, None)),
         };
         match reply {
             Ok((None, _)) => return Ok(None),

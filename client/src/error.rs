@@ -109,6 +109,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl From<RedisError> for Error {
     fn from(error: RedisError) -> Self {
+        let error = first_of_pipeline(error);
         if is_connection_error(&error) {
             return Error::Connection(error);
         }
@@ -121,6 +122,15 @@ impl From<RedisError> for Error {
         } else {
             Error::Server(error)
         }
+    }
+}
+
+/// The server error inside a pipeline's failure (a durable acquire is a pipeline),
+/// so that it is recognised as itself.
+fn first_of_pipeline(error: RedisError) -> RedisError {
+    match error.clone().into_server_errors() {
+        Some(errors) if errors.len() == 1 => RedisError::from(errors[0].1.clone()),
+        _ => error,
     }
 }
 

@@ -230,6 +230,16 @@ fn a_server_without_the_module_is_a_clear_error() {
     let error = con.try_acquire("job", TTL).unwrap_err();
     assert!(matches!(error, Error::ModuleNotLoaded(_)), "{error:?}");
     assert!(error.to_string().contains("loadmodule"));
+    // Also inside a durable acquire's pipeline, and on the async paths.
+    let durable = Request::new("job", TTL).durable(1, Duration::from_millis(10));
+    let error = con.acquire_with(durable.clone()).unwrap_err();
+    assert!(matches!(error, Error::ModuleNotLoaded(_)), "{error:?}");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let locks = LockClient::new(server.client());
+    for request in [Request::new("job", TTL), durable] {
+        let error = runtime.block_on(locks.acquire_with(request)).unwrap_err();
+        assert!(matches!(error, Error::ModuleNotLoaded(_)), "{error:?}");
+    }
 }
 
 #[test]
@@ -242,6 +252,9 @@ fn server_errors_are_typed() {
         .query(&mut con)
         .unwrap();
     let error = con.try_acquire("text", TTL).unwrap_err();
+    assert!(matches!(&error, Error::WrongType(_)), "{error:?}");
+    let durable = Request::new("text", TTL).durable(1, Duration::from_millis(10));
+    let error = con.acquire_with(durable).unwrap_err();
     assert!(matches!(&error, Error::WrongType(_)), "{error:?}");
     let unknown = redis::cmd("NO.SUCH.COMMAND")
         .query::<()>(&mut con)
