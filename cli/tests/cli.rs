@@ -449,3 +449,64 @@ fn a_wait_is_given_up_cleanly_on_sigint() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[path = "../../client/tests/support/sentinel.rs"]
+mod sentinel;
+
+#[test]
+fn through_sentinel_the_lock_is_taken_on_the_named_master() {
+    let master = Server::start();
+    let watching = sentinel::sentinels(&master, 1);
+    let address = format!("127.0.0.1:{}", watching[0].port_number());
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    let output = Command::new(env!("CARGO_BIN_EXE_redis-lock"))
+        .env_remove("REDIS_URL")
+        .args(["--sentinel", &address, "--master", sentinel::MASTER])
+        .args(["run", "job", "--", "sh", "-c"])
+        .arg(format!(
+            "echo $REDIS_LOCK_TOKEN > {}; redis-cli -p {} LOCK.INFO job > {}.info",
+            token.display(),
+            master.port,
+            token.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let info = read(&token.with_extension("info"));
+    assert!(
+        info.contains(read(&token).trim()),
+        "held on the master: {info:?}"
+    );
+}
+
+#[test]
+fn in_a_cluster_the_lock_is_taken_on_the_keys_node() {
+    let cluster = common::Cluster::start(3);
+    let key = "report:daily";
+    let node = cluster.owner_of(key);
+    let seed = cluster.nodes[(node + 1) % 3].url(); // not the key's node: -MOVED is followed
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    let output = redis_lock(&seed)
+        .args(["--cluster", "run", key, "--", "sh", "-c"])
+        .arg(format!(
+            "echo $REDIS_LOCK_TOKEN > {}; redis-cli -p {} LOCK.INFO {key} > {}.info",
+            token.display(),
+            cluster.nodes[node].port,
+            token.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let info = read(&token.with_extension("info"));
+    assert!(
+        info.contains(read(&token).trim()),
+        "held on the key's node: {info:?}"
+    );
+    let free = redis_lock(&seed)
+        .args(["--cluster", "info", key, "--json"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&free.stdout).contains(r#""held":false"#));
+}

@@ -4,90 +4,16 @@
 
 use redis_lock_testkit as common;
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+#[path = "support/sentinel.rs"]
+mod support;
+
 use std::time::{Duration, Instant};
 
 use common::Server;
 use redis_lock_client::{LockClient, LockCommands, Request, Sentinel, Wait};
-use tempfile::TempDir;
+use support::{sentinels, MASTER};
 
-const MASTER: &str = "mymaster";
 const TTL: Duration = Duration::from_secs(30);
-
-/// A redis-sentinel process watching `master`, killed on drop.
-struct SentinelProcess {
-    child: Child,
-    port: u16,
-    _dir: TempDir,
-}
-
-impl SentinelProcess {
-    fn start(master: &Server) -> SentinelProcess {
-        let dir = tempfile::tempdir().unwrap();
-        let port = portpicker::pick_unused_port().expect("a free port");
-        let conf = dir.path().join("sentinel.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile sentinel.log\n\
-                 sentinel monitor {MASTER} 127.0.0.1 {master} 2\n\
-                 sentinel down-after-milliseconds {MASTER} 1000\n\
-                 sentinel failover-timeout {MASTER} 10000\n",
-                dir = dir.path().display(),
-                master = master.port,
-            ),
-        )
-        .unwrap();
-        let child = Command::new("redis-sentinel")
-            .arg(&conf)
-            .current_dir(dir.path())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-sentinel (Debian package redis-sentinel; make deps installs it)");
-        let sentinel = SentinelProcess {
-            child,
-            port,
-            _dir: dir,
-        };
-        common::wait_until(Duration::from_secs(10), || sentinel.master_port().is_some());
-        sentinel
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    /// The master's port as this sentinel names it.
-    fn master_port(&self) -> Option<u16> {
-        let mut con = redis::Client::open(self.url())
-            .ok()?
-            .get_connection_with_timeout(Duration::from_millis(200))
-            .ok()?;
-        let addr: Vec<String> = redis::cmd("SENTINEL")
-            .arg("get-master-addr-by-name")
-            .arg(MASTER)
-            .query(&mut con)
-            .ok()?;
-        addr.get(1)?.parse().ok()
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(Path::new(self._dir.path()).join("sentinel.log"))
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for SentinelProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn sentinels(master: &Server, n: usize) -> Vec<SentinelProcess> {
-    (0..n).map(|_| SentinelProcess::start(master)).collect()
-}
 
 #[test]
 fn locks_go_to_the_master_the_sentinels_name() {
