@@ -4,7 +4,7 @@
 
 CARGO     ?= cargo
 MODULE    := target/release/libredis_lock.so
-DEBS      := redis-server redis-tools libclang-dev
+DEBS      := redis-server redis-tools redis-sentinel libclang-dev
 PYTHON    ?= python3
 
 .PHONY: all build run test bench demo memcheck fuzz torture deps lint clean
@@ -51,16 +51,12 @@ test: deps
 	$(CARGO) build
 	$(CARGO) test --workspace
 
-# The worker demo (client/examples/workers.rs) against a throwaway server on port 6391.
-DEMO_PORT ?= 6391
+# The worker demo (client/examples/workers.rs): worker processes on a throwaway
+# server that the demo starts itself with the test launcher; one worker is killed
+# mid-job and another takes over.
 demo: build
-	@redis-server --port $(DEMO_PORT) --bind 127.0.0.1 --save "" --appendonly no \
-	  --daemonize yes --pidfile /tmp/redis-lock-demo.pid --logfile /tmp/redis-lock-demo.log \
-	  --loadmodule $(CURDIR)/$(MODULE)
-	@sleep 0.3
-	$(CARGO) run --release -p redis-lock-client --example workers -- \
-	  --url redis://127.0.0.1:$(DEMO_PORT)/ --kill-one; \
-	  status=$$?; kill $$(cat /tmp/redis-lock-demo.pid); exit $$status
+	REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE) $(CARGO) run --release -p redis-lock-client \
+	  --example workers -- --kill-one
 
 # Every integration test with redis-server under valgrind memcheck; fails on any
 # memory error or definite leak. Slow: timing bounds in the tests widen under it.

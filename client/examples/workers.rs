@@ -1,64 +1,70 @@
 //! The problem our users have, solved: several instances of a service each try to run
 //! the same recurring jobs ("daily-report", "cleanup"); every job must run exactly
-//! once per round, however many instances there are.
+//! once per round, however many instances there are, and even when one dies mid-job.
 //!
-//! Each worker is a task with its own connection. Per round and job, every worker
-//! queues for the job's lock in the server (`WAIT`), and whoever gets it first runs the
-//! job and records it with a fenced write: the result is stored only if the lock's
-//! token is greater than the last token that wrote it. Later holders see the job done.
+//! Each worker is a process of its own. Per round and job, every worker queues for
+//! the job's lock in the server (`WAIT`); whoever gets it runs the job, renewing the
+//! lock meanwhile, and records it with a fenced write: the result is stored only if
+//! the lock's token is greater than the last token that wrote it. Later holders see
+//! the job done and skip it.
 //!
-//! `--kill-one`: in the first round, the worker that gets "daily-report" freezes
-//! mid-job past its TTL (as a killed or paused process would). Another worker takes
-//! over when the TTL lapses; when the frozen one wakes and tries to write, its stale
-//! token is rejected.
+//! `--kill-one`: in the first round, the worker that starts "daily-report" is killed
+//! (SIGKILL) mid-job. Its lock is no longer renewed; when its TTL lapses the server
+//! hands it to the next waiting worker, which runs the job.
 //!
 //! ```text
-//! make run                                    # a server on 127.0.0.1:6390
-//! cargo run --example workers -- --workers 5 --rounds 3 --kill-one
+//! make demo                                         # a throwaway server, --kill-one
+//! cargo run --example workers -- --url redis://127.0.0.1:6390/ --workers 5 --kill-one
 //! ```
+//!
+//! Without `--url` the demo starts its own server with the module (the test
+//! launcher's). Every run uses keys of its own, so runs against one server do not
+//! see each other.
 
 #![allow(dead_code)] // also compiled into the demo's test, which does not call main
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
 
 use clap::Parser;
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Script};
-use redis_lock_client::{AsyncLockCommands, Lock, Request};
-use tokio::sync::Barrier;
+use redis::Script;
+use redis_lock_client::{LockClient, Wait};
 
 pub const JOBS: [&str; 2] = ["daily-report", "cleanup"];
 
 #[derive(Parser, Debug, Clone)]
-#[command(about = "Workers that run each recurring job exactly once per round")]
+#[command(about = "Worker processes that run each recurring job exactly once per round")]
 pub struct Options {
-    /// Redis server with the lock module.
-    #[arg(long, default_value = "redis://127.0.0.1:6390/")]
-    pub url: String,
-    /// Worker instances.
+    /// Redis server with the lock module (default: start one).
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Worker processes.
     #[arg(long, default_value_t = 5)]
     pub workers: usize,
     /// Rounds of the recurring jobs.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
-    /// Lock TTL in milliseconds.
+    /// Lock TTL in milliseconds (a job takes about as long, renewed meanwhile).
     #[arg(long, default_value_t = 500)]
     pub ttl_ms: u64,
-    /// Freeze the first worker that gets "daily-report" in round 0 past its TTL.
+    /// Kill the worker that starts "daily-report" in round 0, mid-job.
     #[arg(long)]
     pub kill_one: bool,
-    /// A prefix for the demo's keys, so runs do not see each other.
-    #[arg(long, default_value = "demo")]
-    pub prefix: String,
+    /// Run as worker number N of a round (what the demo starts; not for people).
+    #[arg(long, hide = true)]
+    pub worker: Option<usize>,
+    #[arg(long, hide = true)]
+    pub round: Option<usize>,
+    #[arg(long, hide = true)]
+    pub prefix: Option<String>,
 }
 
 /// A job run, as recorded by the fenced write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Run {
     pub round: usize,
-    pub job: &'static str,
+    pub job: String,
     pub worker: usize,
     pub token: i64,
 }
@@ -67,15 +73,16 @@ pub struct Run {
 #[derive(Debug, Default)]
 pub struct Report {
     pub runs: Vec<Run>,
-    /// Writes refused because their token was older than the last writer's.
-    pub stale_writes_rejected: Vec<Run>,
+    /// The worker killed mid-job, and the round and job it was running.
+    pub killed: Option<(usize, String, usize)>,
 }
 
-/// Stores the result only if the writer's token is greater than the job's fence.
+/// Records the run only if the writer's token is greater than the job's fence.
 const FENCED_WRITE: &str = r#"
 local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
 if tonumber(ARGV[1]) <= fence then return 0 end
 redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'round:' .. ARGV[2], ARGV[3])
+redis.call('RPUSH', KEYS[2], ARGV[2] .. ' ' .. ARGV[4] .. ' ' .. ARGV[3] .. ' ' .. ARGV[1])
 return 1
 "#;
 
@@ -83,195 +90,196 @@ fn result_key(prefix: &str, job: &str) -> String {
     format!("{prefix}:result:{job}")
 }
 
-async fn connect(url: &str) -> redis::RedisResult<MultiplexedConnection> {
-    let config = AsyncConnectionConfig::new().set_response_timeout(None);
-    redis::Client::open(url)?
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
+fn runs_key(prefix: &str) -> String {
+    format!("{prefix}:runs")
 }
 
-/// True if the job already ran in `round`.
-async fn done(con: &mut MultiplexedConnection, prefix: &str, job: &str, round: usize) -> bool {
-    let by: Option<String> = redis::cmd("HGET")
-        .arg(result_key(prefix, job))
-        .arg(format!("round:{round}"))
-        .query_async(con)
-        .await
-        .unwrap_or(None);
-    by.is_some()
+/// Where a worker announces the job it started, so the demo can kill it mid-job.
+fn running_key(prefix: &str, round: usize, job: &str) -> String {
+    format!("{prefix}:running:{round}:{job}")
 }
 
-/// The job's side effect, guarded by the fencing token: true if accepted.
-async fn fenced_write(con: &mut MultiplexedConnection, prefix: &str, run: &Run) -> bool {
-    let accepted: i64 = Script::new(FENCED_WRITE)
-        .key(result_key(prefix, run.job))
-        .arg(run.token)
-        .arg(run.round)
-        .arg(format!("worker-{}", run.worker))
-        .invoke_async(con)
-        .await
-        .unwrap_or(0);
-    accepted == 1
-}
-
-async fn worker(
-    id: usize,
-    options: Options,
-    barrier: Arc<Barrier>,
-    report: Arc<Mutex<Report>>,
-    freeze: Arc<AtomicBool>,
-) -> redis_lock_client::Result<()> {
-    let mut con = connect(&options.url).await?;
-    let ttl = Duration::from_millis(options.ttl_ms);
-    for round in 0..options.rounds {
-        barrier.wait().await; // every instance wakes for the round at once
-        for job in JOBS {
-            let key = format!("{}:lock:{job}", options.prefix);
-            let request = Request::new(key.clone(), ttl).wait(ttl * 4);
-            if options.kill_one && round == 0 && job == JOBS[0] {
-                // Without renewal, so a frozen holder's lock can lapse.
-                if let Some(lock) = con.acquire_with(request).await? {
-                    if done(&mut con, &options.prefix, job, round).await {
-                        con.release(&lock).await?;
-                    } else if freeze.swap(false, Ordering::SeqCst) {
-                        frozen_run(&mut con, &options, id, round, job, lock, &report).await;
-                    } else {
-                        run_job(&mut con, &options.prefix, id, round, job, &lock, &report).await;
-                        con.release(&lock).await?;
-                    }
-                }
-                continue;
-            }
-            let mut work_con = con.clone();
-            let (prefix, report) = (options.prefix.clone(), Arc::clone(&report));
-            con.run_locked_with(request, move |lock, lost| async move {
-                if done(&mut work_con, &prefix, job, round).await || lost.is_lost() {
-                    return;
-                }
-                run_job(&mut work_con, &prefix, id, round, job, &lock, &report).await;
-            })
-            .await?;
-        }
-    }
-    Ok(())
-}
-
-/// The job itself: some work, then its result, written with the lock's token.
-async fn run_job(
-    con: &mut MultiplexedConnection,
+/// One worker process's round: each job, under its lock, unless already done.
+async fn work_round(
+    url: &str,
     prefix: &str,
     id: usize,
     round: usize,
-    job: &'static str,
-    lock: &Lock,
-    report: &Mutex<Report>,
-) {
-    tokio::time::sleep(lock.ttl() / 5).await; // the job's work
-    let run = Run {
-        round,
-        job,
-        worker: id,
-        token: lock.token(),
-    };
-    if fenced_write(con, prefix, &run).await {
-        println!(
-            "round {round}: {job:<12} ran by worker {id} (token {})",
-            run.token
-        );
-        report
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .runs
-            .push(run);
+    ttl: Duration,
+) -> redis_lock_client::Result<()> {
+    let client = redis::Client::open(url)?;
+    let locks = LockClient::new(client.clone());
+    let mut con = client.get_multiplexed_async_connection().await?;
+    for job in JOBS {
+        let key = format!("{prefix}:lock:{job}");
+        let con = &mut con;
+        locks
+            .run_locked(&key, ttl, Wait::For(ttl * 20), |lock, lost| async move {
+                let done: Option<String> = redis::cmd("HGET")
+                    .arg(result_key(prefix, job))
+                    .arg(format!("round:{round}"))
+                    .query_async(con)
+                    .await
+                    .unwrap_or(None);
+                if done.is_some() {
+                    return;
+                }
+                let _: redis::RedisResult<()> = redis::cmd("SET")
+                    .arg(running_key(prefix, round, job))
+                    .arg(format!("{id} {}", std::process::id()))
+                    .query_async(con)
+                    .await;
+                tokio::select! {
+                    _ = lost.lost() => return, // the write would be fenced off anyway
+                    _ = tokio::time::sleep(ttl) => {} // the job's work, renewed meanwhile
+                }
+                let _: redis::RedisResult<i64> = Script::new(FENCED_WRITE)
+                    .key(result_key(prefix, job))
+                    .key(runs_key(prefix))
+                    .arg(lock.token())
+                    .arg(round)
+                    .arg(format!("worker-{id}"))
+                    .arg(job)
+                    .invoke_async(con)
+                    .await;
+            })
+            .await?;
     }
+    Ok(())
 }
 
-/// A holder that freezes past its TTL, then wakes and tries to write anyway.
-async fn frozen_run(
-    con: &mut MultiplexedConnection,
-    options: &Options,
-    id: usize,
-    round: usize,
-    job: &'static str,
-    lock: Lock,
-    report: &Arc<Mutex<Report>>,
-) {
-    println!(
-        "round {round}: {job:<12} worker {id} took the lock (token {}) and froze",
-        lock.token()
-    );
-    let mut con = con.clone();
-    let options = options.clone();
-    let report = Arc::clone(report);
-    // Frozen in the background, so this worker's task (the "process") goes on later.
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(options.ttl_ms * 3)).await;
-        let run = Run {
-            round,
-            job,
-            worker: id,
-            token: lock.token(),
-        };
-        let accepted = fenced_write(&mut con, &options.prefix, &run).await;
-        let mut report = report.lock().unwrap_or_else(|e| e.into_inner());
-        if accepted {
-            println!("round {round}: {job:<12} worker {id} woke up and wrote (nobody took over)");
-            report.runs.push(run);
-        } else {
-            println!(
-                "round {round}: {job:<12} worker {id} woke up; its write with stale token {} was rejected",
-                run.token
-            );
-            report.stale_writes_rejected.push(run);
+/// Runs the demo: `options.rounds` rounds of `options.workers` processes of
+/// `worker_exe` (this example's binary) against `url`.
+pub fn run_demo(url: &str, options: &Options, worker_exe: &PathBuf) -> Result<Report, String> {
+    let prefix = format!("demo-{}", uuid_like());
+    let mut con = redis::Client::open(url)
+        .and_then(|c| c.get_connection())
+        .map_err(|e| format!("cannot reach {url}: {e}"))?;
+    let mut report = Report::default();
+    for round in 0..options.rounds {
+        let mut workers: Vec<Child> = (0..options.workers)
+            .map(|id| {
+                Command::new(worker_exe)
+                    .args(["--url", url, "--prefix", &prefix])
+                    .args(["--worker", &id.to_string(), "--round", &round.to_string()])
+                    .args(["--ttl-ms", &options.ttl_ms.to_string()])
+                    .spawn()
+                    .map_err(|e| format!("cannot start {}: {e}", worker_exe.display()))
+            })
+            .collect::<Result<_, _>>()?;
+        if options.kill_one && round == 0 {
+            let (id, pid) = wait_for_start(&mut con, &running_key(&prefix, round, JOBS[0]))?;
+            if let Some(child) = workers.iter_mut().find(|c| c.id() == pid) {
+                let _ = child.kill(); // SIGKILL: no release, no goodbye
+                println!(
+                    "round {round}: {:<12} worker {id} (pid {pid}) killed mid-job",
+                    JOBS[0]
+                );
+                report.killed = Some((round, JOBS[0].to_string(), id));
+            }
         }
-    })
-    .await
-    .ok();
-}
-
-/// Runs the demo and returns what happened.
-pub async fn run_demo(options: Options) -> redis_lock_client::Result<Report> {
-    let report = Arc::new(Mutex::new(Report::default()));
-    let barrier = Arc::new(Barrier::new(options.workers));
-    let freeze = Arc::new(AtomicBool::new(true));
-    let tasks: Vec<_> = (0..options.workers)
-        .map(|id| {
-            tokio::spawn(worker(
-                id,
-                options.clone(),
-                Arc::clone(&barrier),
-                Arc::clone(&report),
-                Arc::clone(&freeze),
-            ))
-        })
-        .collect();
-    for task in tasks {
-        task.await.map_err(|e| {
-            redis_lock_client::Error::UnexpectedReply(format!("worker task failed: {e}"))
-        })??;
+        for mut child in workers {
+            let _ = child.wait();
+        }
     }
-    let report = std::mem::take(&mut *report.lock().unwrap_or_else(|e| e.into_inner()));
+    let lines: Vec<String> = redis::cmd("LRANGE")
+        .arg(runs_key(&prefix))
+        .arg(0)
+        .arg(-1)
+        .query(&mut con)
+        .map_err(|e| e.to_string())?;
+    for line in lines {
+        let parts: Vec<&str> = line.split(' ').collect();
+        if let [round, job, worker, token] = parts[..] {
+            let run = Run {
+                round: round.parse().unwrap_or(usize::MAX),
+                job: job.to_string(),
+                worker: worker
+                    .trim_start_matches("worker-")
+                    .parse()
+                    .unwrap_or(usize::MAX),
+                token: token.parse().unwrap_or(0),
+            };
+            println!(
+                "round {}: {:<12} ran by worker {} (token {})",
+                run.round, run.job, run.worker, run.token
+            );
+            report.runs.push(run);
+        }
+    }
     Ok(report)
 }
 
-#[tokio::main]
-async fn main() -> redis_lock_client::Result<()> {
+/// The worker id and pid that announced the job, once one did.
+fn wait_for_start(con: &mut redis::Connection, key: &str) -> Result<(usize, u32), String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let started: Option<String> = redis::cmd("GET")
+            .arg(key)
+            .query(con)
+            .map_err(|e| e.to_string())?;
+        if let Some((id, pid)) = started.as_deref().and_then(|s| s.split_once(' ')) {
+            return Ok((id.parse().unwrap_or(usize::MAX), pid.parse().unwrap_or(0)));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Err("no worker started the job within 20 s".into())
+}
+
+fn uuid_like() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{:x}-{}", nanos, std::process::id())
+}
+
+fn main() {
     let options = Options::parse();
-    let report = run_demo(options.clone()).await?;
-    println!();
-    for round in 0..options.rounds {
-        for job in JOBS {
-            let ran = report
-                .runs
-                .iter()
-                .filter(|r| r.round == round && r.job == job)
-                .count();
-            println!("round {round}: {job:<12} ran {ran} time(s)");
+    if let (Some(id), Some(round), Some(prefix), Some(url)) =
+        (options.worker, options.round, &options.prefix, &options.url)
+    {
+        let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+        let ttl = Duration::from_millis(options.ttl_ms);
+        if let Err(error) = runtime.block_on(work_round(url, prefix, id, round, ttl)) {
+            eprintln!("worker {id}: {error}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    // Our own throwaway server unless given one (REDIS_LOCK_MODULE: the module file).
+    let server = options
+        .url
+        .is_none()
+        .then(redis_lock_testkit::Server::start);
+    let url = options
+        .url
+        .clone()
+        .or_else(|| server.as_ref().map(|s| s.url()))
+        .unwrap_or_default();
+    let exe = std::env::current_exe().expect("the demo's own binary");
+    match run_demo(&url, &options, &exe) {
+        Ok(report) => {
+            println!();
+            let mut once = true;
+            for round in 0..options.rounds {
+                for job in JOBS {
+                    let ran = report
+                        .runs
+                        .iter()
+                        .filter(|r| r.round == round && r.job == job)
+                        .count();
+                    once &= ran == 1;
+                    println!("round {round}: {job:<12} ran {ran} time(s)");
+                }
+            }
+            if !once {
+                std::process::exit(1);
+            }
+        }
+        Err(error) => {
+            eprintln!("demo failed: {error}");
+            std::process::exit(1);
         }
     }
-    println!(
-        "stale writes rejected by the fencing token: {}",
-        report.stale_writes_rejected.len()
-    );
-    Ok(())
 }

@@ -2,28 +2,29 @@
 //! connection, a [`redis::aio::ConnectionManager`] (which reconnects), or an async
 //! cluster connection.
 //!
-//! Waiting (`WAIT`) keeps the command open until the lock frees: use a connection whose
-//! response timeout is longer than the wait (redis-rs's async default is 500 ms;
-//! `AsyncConnectionConfig::set_response_timeout(None)` removes it). If that timeout
-//! runs out first, the acquire fails with [`Error::ResponseTimeout`] and withdraws the
-//! request, so no lock is left with an owner nobody knows.
+//! These connections are shared: every clone of a multiplexed connection or manager
+//! sends on the same socket, which Redis answers in order. A wait in the server would
+//! hold up all of them, so nothing here waits: a busy lock answers `None` at once.
+//! To wait, use a [`LockClient`](crate::LockClient), which waits on a connection of
+//! its own.
 
 use std::future::Future;
-use std::time::Duration;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
-use redis::AsyncConnectionConfig;
 
 use crate::error::{Error, Result};
-use crate::lock::{
-    extend_command, info_command, parse_info, release_command, wait_replicas_command, Lock,
-    LockInfo, Next, Request,
-};
-use crate::renew::{self, LockLost};
+use crate::lease::{margin, LockLost};
+use crate::lock::{parse_info, Lock, LockInfo};
+use crate::renew::AsyncRenewer;
+use crate::request::{extend_command, info_command, release_command, Next, Request};
 use crate::sync::Locked;
 
-/// How long a failed acquire waits for the reply to its withdrawal.
-const WITHDRAW_LIMIT: Duration = Duration::from_secs(1);
+/// How long a withdrawal or a release may take before it is given up (the lock then
+/// lapses with its TTL).
+pub(crate) const RELEASE_LIMIT: Duration = Duration::from_secs(1);
 
 /// The lock commands, for every async connection. Import the trait and `.await`
 /// them on the connection, as with [`redis::AsyncCommands`].
@@ -51,76 +52,51 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
         self.acquire_with(Request::new(key, ttl))
     }
 
-    /// Takes the lock at `key`, waiting in the server (FIFO) up to `wait` for it
-    /// (`Duration::ZERO`: no limit); `None` if the wait ran out.
-    ///
-    /// The wait holds up the connection: Redis answers nothing else sent on it (on
-    /// any clone of a multiplexed connection or `ConnectionManager`, too) until the
-    /// wait ends, and dropping this future does not take the request out of the
-    /// server's queue while the connection lives. Wait on a connection of its own:
-    /// [`AsyncClientLockExt::acquire_on_own_connection`].
-    fn acquire(
-        &mut self,
-        key: &str,
-        ttl: Duration,
-        wait: Duration,
-    ) -> impl Future<Output = Result<Option<Lock>>> + Send {
-        self.acquire_with(Request::new(key, ttl).wait(wait))
-    }
-
     /// Acquires as `request` says, sending it again as the same owner after a
-    /// connection error or timeout.
+    /// connection error or timeout. A request that waits ([`Request::wait`]) is
+    /// refused with [`Error::InvalidArgument`], before anything is sent: its wait
+    /// would hold up every command on this shared connection. Wait with a
+    /// [`LockClient`](crate::LockClient).
     fn acquire_with(
         &mut self,
         request: Request,
     ) -> impl Future<Output = Result<Option<Lock>>> + Send {
         async move {
-            let command = request.command();
-            let mut attempt = 0;
-            loop {
-                match command.query_async::<Option<i64>>(self).await {
-                    Ok(token) => {
-                        let granted = request.granted(token);
-                        let (Some(lock), Some(durable)) = (granted.clone(), request.durable) else {
-                            return Ok(granted);
-                        };
-                        let acked: i64 = wait_replicas_command(&durable).query_async(self).await?;
-                        if acked >= i64::from(durable.replicas) {
-                            return Ok(Some(lock));
-                        }
-                        self.release(&lock).await?;
-                        return Ok(None);
-                    }
-                    Err(error) => match request.after_failure(error, attempt) {
-                        Next::Retry(delay) => {
-                            tokio::time::sleep(delay).await;
-                            attempt += 1;
-                        }
-                        Next::Fail(error, withdraw) => {
-                            if let Some(withdraw) = withdraw {
-                                // Sent on the first poll; its reply may come only
-                                // after the wait it follows, and is not needed.
-                                let sent = withdraw.query_async::<i64>(self);
-                                let _ = tokio::time::timeout(WITHDRAW_LIMIT, sent).await;
-                            }
-                            return Err(error);
-                        }
-                    },
-                }
+            if request.wait.waits() {
+                return Err(Error::InvalidArgument(
+                    "a wait on a shared async connection would hold up every command sent \
+                     on it until the lock frees: wait with a LockClient, on a connection of \
+                     its own"
+                        .into(),
+                ));
             }
+            acquire_on(self, &request).await
         }
     }
 
-    /// Sets the remaining TTL of `lock` to `ttl`; `false` if it is no longer held.
+    /// Sets the remaining TTL of `lock` to `ttl` and moves its lease; `false` if it is
+    /// no longer held (the lock then reports itself lost).
     fn extend(&mut self, lock: &Lock, ttl: Duration) -> impl Future<Output = Result<bool>> + Send {
         let command = extend_command(lock, ttl);
-        async move { Ok(command.query_async::<i64>(self).await? == 1) }
+        let lock = lock.clone();
+        async move {
+            let command = command?;
+            let sent = Instant::now();
+            let extended = command.query_async::<i64>(self).await? == 1;
+            lock.extended(extended, sent, ttl);
+            Ok(extended)
+        }
     }
 
     /// Releases `lock`; `false` if it was no longer held by this owner.
     fn release(&mut self, lock: &Lock) -> impl Future<Output = Result<bool>> + Send {
         let command = release_command(lock);
-        async move { Ok(command.query_async::<i64>(self).await? == 1) }
+        let lock = lock.clone();
+        async move {
+            let released = command.query_async::<i64>(self).await? == 1;
+            lock.released(released);
+            Ok(released)
+        }
     }
 
     /// Who holds the lock at `key`, its TTL, token and waiters; `None` if it is free.
@@ -129,36 +105,50 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
         async move { parse_info(command.query_async(self).await?) }
     }
 
-    /// Takes the lock at `key` (waiting up to `wait` if given) and returns a guard that
-    /// releases it when dropped, in the background.
+    /// Takes the lock as `request` says and returns a guard that releases it when
+    /// dropped (in a background task). `None` if it is busy.
     fn lock_guard(
         &mut self,
-        key: &str,
-        ttl: Duration,
-        wait: Option<Duration>,
-    ) -> impl Future<Output = Result<Option<AsyncLockGuard<Self>>>> + Send
+        request: Request,
+    ) -> impl Future<Output = Result<Option<AsyncLockGuard>>> + Send
     where
         Self: Clone + Sync + 'static,
     {
-        let mut request = Request::new(key, ttl);
-        if let Some(wait) = wait {
-            request = request.wait(wait);
-        }
         async move {
             let lock = self.acquire_with(request).await?;
-            Ok(lock.map(|lock| AsyncLockGuard {
-                con: self.clone(),
-                lock,
-                released: false,
-            }))
+            let releaser: Arc<dyn Releaser> = Arc::new(OnConnection(self.clone()));
+            Ok(lock.map(|lock| AsyncLockGuard::new(lock, releaser)))
         }
     }
 
-    /// Runs `work` only if the lock at `key` is won, renewing the lock in the
-    /// background (every third of `ttl`) while it runs, and always releases it
-    /// afterwards. `work` gets the lock and a [`LockLost`] signal that fires the moment
-    /// a renewal finds the lock gone, so it can stop before doing harm. `None` when
-    /// the lock was busy.
+    /// Runs `work` only if the lock at `key` is free, renewing it in the background
+    /// (every third of `ttl`, on a clone of this connection, each renewal bounded by
+    /// the lease) while it runs, and releases it afterwards, also when `work`
+    /// panics or this future is dropped. `None` when the lock was busy.
+    ///
+    /// `work` gets the lock and its [`LockLost`] signal, which fires when a renewal
+    /// finds the lock gone and at the latest at the lease's local deadline: stop
+    /// there (`tokio::select!` on [`LockLost::lost`]). Renewals go out on this
+    /// connection's socket; a [`LockClient`](crate::LockClient) renews on a
+    /// connection of its own instead.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redis_lock_client::AsyncLockCommands;
+    ///
+    /// # async fn demo() -> redis_lock_client::Result<()> {
+    /// let mut con = redis::Client::open("redis://127.0.0.1:6390/").unwrap()
+    ///     .get_connection_manager().await.unwrap();
+    /// let done = con
+    ///     .run_locked("report:daily", Duration::from_secs(30), |lock, lost| async move {
+    ///         tokio::select! {
+    ///             _ = lost.lost() => None,
+    ///             report = async { /* build it, fenced with lock.token() */ 42 } => Some(report),
+    ///         }
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     fn run_locked<T, F, Fut>(
         &mut self,
         key: &str,
@@ -174,8 +164,8 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
         self.run_locked_with(Request::new(key, ttl), work)
     }
 
-    /// [`run_locked`](Self::run_locked) for any [`Request`]: with a wait in the
-    /// server, a given owner, or another retry policy.
+    /// [`run_locked`](Self::run_locked) for any [`Request`]: a given owner, another
+    /// retry policy, durability.
     fn run_locked_with<T, F, Fut>(
         &mut self,
         request: Request,
@@ -191,109 +181,252 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
             let Some(lock) = self.acquire_with(request).await? else {
                 return Ok(None);
             };
-            let renewal = renew::spawn(self.clone(), lock.clone());
-            let value = work(lock.clone(), renewal.signal()).await;
-            let lost = renewal.stop();
-            let released = self.release(&lock).await?;
-            Ok(Some(Locked {
-                value,
-                held_to_end: released && !lost,
-            }))
+            let renewer = AsyncRenewer::start(self.clone(), &lock);
+            let releaser: Arc<dyn Releaser> = Arc::new(OnConnection(self.clone()));
+            Ok(Some(run_under(lock, renewer, releaser, work).await))
         }
     }
 }
 
 impl<C: ConnectionLike + Send + Sized> AsyncLockCommands for C {}
 
-/// Waiting from a [`redis::Client`], each wait on a connection of its own: the way to
-/// wait without holding up a shared connection, and to cancel a wait safely.
-///
-/// ```no_run
-/// use std::time::Duration;
-/// use redis_lock_client::{AsyncClientLockExt, AsyncLockCommands, Request};
-///
-/// # async fn demo() -> redis_lock_client::Result<()> {
-/// let client = redis::Client::open("redis://127.0.0.1:6390/").unwrap();
-/// let request = Request::new("report:daily", Duration::from_secs(30)).wait(Duration::from_secs(60));
-/// if let Some(lock) = client.acquire_on_own_connection(request).await? {
-///     // … work, stamping writes with lock.token() …
-///     let mut con = client.get_multiplexed_async_connection().await.unwrap();
-///     con.release(&lock).await?;
-/// }
-/// # Ok(()) }
-/// ```
-pub trait AsyncClientLockExt {
-    /// Acquires as `request` says (usually with [`Request::wait`]) on a new connection
-    /// without a response timeout, closed when this returns. Nothing else queues
-    /// behind the wait; and dropping the future (a `tokio::time::timeout`, a
-    /// `select!`) closes the connection, which takes the request out of the server's
-    /// queue, so no lock goes to an owner that stopped waiting.
-    fn acquire_on_own_connection(
-        &self,
-        request: Request,
-    ) -> impl Future<Output = Result<Option<Lock>>> + Send;
-}
-
-impl AsyncClientLockExt for redis::Client {
-    fn acquire_on_own_connection(
-        &self,
-        request: Request,
-    ) -> impl Future<Output = Result<Option<Lock>>> + Send {
-        let client = self.clone();
-        async move {
-            let config = AsyncConnectionConfig::new().set_response_timeout(None);
-            let mut con = client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
-            con.acquire_with(request).await
+/// The acquire on `con`, retried on lost replies and withdrawn when it cannot be
+/// answered; waits if the request says so (callers wait on connections of their own).
+pub(crate) async fn acquire_on<C: ConnectionLike + Send>(
+    con: &mut C,
+    request: &Request,
+) -> Result<Option<Lock>> {
+    let command = request.command()?;
+    let pipeline = request.durable.map(|_| request.pipeline()).transpose()?;
+    let mut attempt = 0;
+    loop {
+        let sent = Instant::now();
+        let reply = match &pipeline {
+            Some(pipe) => pipe
+                .query_async::<(Option<i64>, i64)>(con)
+                .await
+                .map(|(token, acked)| (token, Some(acked))),
+            None => command
+                .query_async::<Option<i64>>(con)
+                .await
+                .map(|token| (token, None)),
+        };
+        match reply {
+            Ok((None, _)) => return Ok(None),
+            Ok((Some(token), acked)) => {
+                let mut lock = request.granted(token, sent);
+                if let (Some(durable), Some(acked)) = (request.durable, acked) {
+                    if acked < i64::from(durable.replicas) {
+                        let release = con.release(&lock);
+                        let released = matches!(
+                            tokio::time::timeout(RELEASE_LIMIT, release).await,
+                            Ok(Ok(true))
+                        );
+                        return Err(Error::NotReplicated {
+                            key: request.key.clone(),
+                            wanted: durable.replicas,
+                            acked,
+                            released,
+                        });
+                    }
+                }
+                if sent.elapsed() > margin(lock.ttl()) {
+                    // Granted after a wait: the server counts the TTL from the grant,
+                    // the lease from the send. A prompt extend brings the lease up to
+                    // date; if it fails, the shorter lease stays.
+                    let again = Instant::now();
+                    let extend = extend_command(&lock, lock.ttl())?;
+                    if let Ok(Ok(1)) =
+                        tokio::time::timeout(RELEASE_LIMIT, extend.query_async::<i64>(con)).await
+                    {
+                        lock = request.granted(token, again);
+                    }
+                }
+                lock.acquired();
+                return Ok(Some(lock));
+            }
+            Err(error) => match request.after_failure(error, attempt) {
+                Next::Retry(delay) => {
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+                Next::Fail(error, withdraw) => {
+                    if let Some(withdraw) = withdraw {
+                        // Sent on the first poll; its reply may come only after the
+                        // wait it follows, and is not needed.
+                        let sent = withdraw.query_async::<i64>(con);
+                        let _ = tokio::time::timeout(RELEASE_LIMIT, sent).await;
+                    }
+                    return Err(error);
+                }
+            },
         }
     }
 }
 
-/// A held lock released when the guard is dropped: in a background task, so dropping
-/// never blocks the runtime. Outside a tokio runtime the lock is left to its TTL.
-pub struct AsyncLockGuard<C: ConnectionLike + Clone + Send + Sync + 'static> {
-    con: C,
+/// The work under a held lock, renewed by `renewer`, released by `releaser` when it
+/// ends or when this future is dropped (cancellation, a panic in the work).
+pub(crate) async fn run_under<T, F, Fut>(
     lock: Lock,
+    renewer: AsyncRenewer,
+    releaser: Arc<dyn Releaser>,
+    work: F,
+) -> Locked<T>
+where
+    F: FnOnce(Lock, LockLost) -> Fut + Send,
+    Fut: Future<Output = T> + Send,
+{
+    let mut on_drop = ReleaseOnDrop {
+        releaser: Arc::clone(&releaser),
+        lock: Some(lock.clone()),
+    };
+    let value = work(lock.clone(), lock.signal()).await;
+    let held = !lock.is_lost();
+    renewer.stop();
+    let released = match tokio::time::timeout(RELEASE_LIMIT, releaser.release(lock.clone())).await {
+        Ok(released) => released,
+        Err(elapsed) => Err(Error::Connection(timed_out(elapsed))),
+    };
+    on_drop.lock = None;
+    Locked::new(value, held, released)
+}
+
+pub(crate) fn timed_out(_: tokio::time::error::Elapsed) -> redis::RedisError {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply in time").into()
+}
+
+/// A boxed future, for the release paths kept behind [`Releaser`].
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// Where a guard's release and extend go: the connection the lock was taken on, or
+/// fresh connections from a [`Connector`](crate::Connector).
+pub(crate) trait Releaser: Send + Sync + 'static {
+    fn release(&self, lock: Lock) -> BoxFuture<Result<bool>>;
+    fn extend(&self, lock: Lock, ttl: Duration) -> BoxFuture<Result<bool>>;
+    /// Releases without a runtime around (a guard dropped after its runtime ended),
+    /// if this path can; the lock otherwise lapses with its TTL.
+    fn release_without_runtime(&self, _lock: Lock) {}
+}
+
+/// Releases and extends on (a clone of) the connection the lock was taken on.
+pub(crate) struct OnConnection<C>(pub(crate) C);
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Releaser for OnConnection<C> {
+    fn release(&self, lock: Lock) -> BoxFuture<Result<bool>> {
+        let mut con = self.0.clone();
+        Box::pin(async move { con.release(&lock).await })
+    }
+
+    fn extend(&self, lock: Lock, ttl: Duration) -> BoxFuture<Result<bool>> {
+        let mut con = self.0.clone();
+        Box::pin(async move { con.extend(&lock, ttl).await })
+    }
+}
+
+/// Releases in the background: spawned on the current tokio runtime, or, outside
+/// of any, as the releaser can.
+pub(crate) fn release_in_background(releaser: Arc<dyn Releaser>, lock: Lock) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(async move {
+                let _ = tokio::time::timeout(RELEASE_LIMIT, releaser.release(lock)).await;
+            });
+        }
+        Err(_) => releaser.release_without_runtime(lock),
+    }
+}
+
+/// Releases its lock when dropped while still armed.
+struct ReleaseOnDrop {
+    releaser: Arc<dyn Releaser>,
+    lock: Option<Lock>,
+}
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            release_in_background(Arc::clone(&self.releaser), lock);
+        }
+    }
+}
+
+/// A held lock, released when the guard is dropped.
+///
+/// Dropped inside a tokio runtime, the guard spawns the release and returns at once
+/// (never blocking the runtime). A guard from a [`LockClient`](crate::LockClient)
+/// dropped outside of any runtime releases on a connection and runtime of its own,
+/// for at most a second. Otherwise, and when the runtime shuts down before the
+/// spawned release ran (a guard dropped at the very end of `#[tokio::main]`), the
+/// lock lapses with its TTL: call [`release`](AsyncLockGuard::release) and await it
+/// where that matters.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redis_lock_client::{AsyncLockCommands, Request};
+///
+/// # async fn demo() -> redis_lock_client::Result<()> {
+/// let mut con = redis::Client::open("redis://127.0.0.1:6390/").unwrap()
+///     .get_multiplexed_async_connection().await.unwrap();
+/// if let Some(guard) = con.lock_guard(Request::new("cleanup", Duration::from_secs(10))).await? {
+///     println!("token {}", guard.lock().token());
+///     guard.release().await?;
+/// }
+/// # Ok(()) }
+/// ```
+pub struct AsyncLockGuard {
+    lock: Lock,
+    releaser: Arc<dyn Releaser>,
     released: bool,
 }
 
-impl<C: ConnectionLike + Clone + Send + Sync + 'static> AsyncLockGuard<C> {
+impl AsyncLockGuard {
+    pub(crate) fn new(lock: Lock, releaser: Arc<dyn Releaser>) -> AsyncLockGuard {
+        AsyncLockGuard {
+            lock,
+            releaser,
+            released: false,
+        }
+    }
+
     /// The held lock.
     pub fn lock(&self) -> &Lock {
         &self.lock
     }
 
+    /// The lock's loss signal.
+    pub fn signal(&self) -> LockLost {
+        self.lock.signal()
+    }
+
     /// Extends the lock to `ttl` from now; [`Error::LockLost`] if it is no longer held.
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
-        if !self.con.extend(&self.lock, ttl).await? {
+        if !self.releaser.extend(self.lock.clone(), ttl).await? {
             return Err(Error::LockLost {
                 key: self.lock.key.clone(),
             });
         }
-        self.lock.ttl = ttl;
         Ok(())
     }
 
     /// Releases now and waits for the answer; `false` if it was no longer held.
     pub async fn release(mut self) -> Result<bool> {
         self.released = true;
-        let lock = self.lock.clone();
-        self.con.release(&lock).await
+        self.releaser.release(self.lock.clone()).await
     }
 }
 
-impl<C: ConnectionLike + Clone + Send + Sync + 'static> Drop for AsyncLockGuard<C> {
+impl std::fmt::Debug for AsyncLockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncLockGuard")
+            .field("lock", &self.lock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for AsyncLockGuard {
     fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (mut con, lock) = (self.con.clone(), self.lock.clone());
-            runtime.spawn(async move {
-                // A failed release leaves the lock to its TTL.
-                let _ = con.release(&lock).await;
-            });
+        if !self.released {
+            release_in_background(Arc::clone(&self.releaser), self.lock.clone());
         }
     }
 }

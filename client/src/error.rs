@@ -2,44 +2,106 @@
 
 use redis::RedisError;
 
-/// Everything that can go wrong when using a lock.
+/// Everything that can go wrong when using a lock. A busy lock is not an error: the
+/// acquires answer `Ok(None)` for it.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redis_lock_client::{Error, LockCommands};
+///
+/// let mut con = redis::Client::open("redis://127.0.0.1:6390/").unwrap().get_connection().unwrap();
+/// match con.try_acquire("report:daily", Duration::from_secs(30)) {
+///     Ok(Some(lock)) => println!("token {}", lock.token()),
+///     Ok(None) => println!("busy"),
+///     Err(Error::ModuleNotLoaded(_)) => eprintln!("load the module first"),
+///     Err(error) => eprintln!("{error}"),
+/// }
+/// ```
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
-    /// The server does not know the lock commands.
+    /// The server does not know the `LOCK.*` commands.
     #[error(
         "the redis-lock module is not loaded on this server: add \
          `loadmodule /path/to/libredis_lock.so` to redis.conf, or run \
          `MODULE LOAD /path/to/libredis_lock.so` ({0})"
     )]
     ModuleNotLoaded(RedisError),
-    /// The server answered with an error reply (a bad argument, WRONGTYPE, NOPERM, READONLY…).
+    /// The key holds a value that is not a lock (a string, a list…).
+    #[error("the key holds a value that is not a lock ({0})")]
+    WrongType(RedisError),
+    /// The server refused the command (a bad argument, NOPERM, READONLY, OOM…).
     #[error("the server refused the command: {0}")]
     Server(RedisError),
     /// The connection failed or timed out, and retrying did not help.
-    #[error("connection to the server lost: {0}")]
+    #[error("connection to the server failed: {0}")]
     Connection(RedisError),
-    /// No reply came within the connection's own response timeout while the
-    /// acquire waited in the server (`WAIT`). redis-rs async connections time out
-    /// after 500 ms by default: a longer wait needs a connection without that limit
-    /// (`AsyncConnectionConfig::set_response_timeout(None)`). Any lock the request
-    /// still got was released.
+    /// A blocking connection's read timeout ran out while the acquire waited in the
+    /// server (`WAIT`). The request was withdrawn: no lock is left to its owner id.
     #[error(
-        "no reply within the connection's response timeout while waiting in the \
-         server; redis-rs async connections time out after 500 ms by default, so a \
-         longer wait needs AsyncConnectionConfig::set_response_timeout(None); any lock \
-         the request still got was released ({0})"
+        "no reply within the connection's read timeout while the acquire waited in \
+         the server: wait on a connection whose read timeout is longer than the wait \
+         (or has none); the request was withdrawn ({0})"
     )]
     ResponseTimeout(RedisError),
-    /// The lock is no longer held by this owner (it expired, or an administrator
-    /// deleted it): work guarded by it must stop.
+    /// The lock is no longer held by this owner (it expired, its lease ran out, or an
+    /// administrator deleted it): work guarded by it must stop.
     #[error("the lock {key:?} is no longer held by this owner")]
     LockLost {
         /// The key of the lost lock.
         key: String,
     },
+    /// A durable acquire got the lock, but fewer replicas than asked acknowledged
+    /// it in time; the grant was released.
+    #[error(
+        "the lock {key:?} was granted but only {acked} of the {wanted} replicas asked \
+         for acknowledged it in time, so it was released{}",
+        if *released { "" } else { " (the release failed: it lapses with its TTL)" }
+    )]
+    NotReplicated {
+        /// The key asked for.
+        key: String,
+        /// Replicas asked for.
+        wanted: u32,
+        /// Replicas that acknowledged.
+        acked: i64,
+        /// True if the release went through.
+        released: bool,
+    },
+    /// An argument the server would refuse (a TTL of zero, a wait over 2^62 ms); not
+    /// sent.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// Redlock did not get a majority, for reasons other than the lock being busy
+    /// (servers down, refusing, or too slow for the TTL).
+    #[error(
+        "no quorum for {key:?}: {granted} of the {needed} servers needed granted it; {}",
+        causes(errors)
+    )]
+    NoQuorum {
+        /// The key asked for.
+        key: String,
+        /// Servers that granted it.
+        granted: usize,
+        /// Servers that must grant it.
+        needed: usize,
+        /// What went wrong on each server that failed, by its address.
+        errors: Vec<(String, Error)>,
+    },
     /// The server answered with something the lock commands never send.
     #[error("unexpected reply from the server: {0}")]
     UnexpectedReply(String),
+}
+
+fn causes(errors: &[(String, Error)]) -> String {
+    if errors.is_empty() {
+        return "the acquire took longer than the lock's validity".into();
+    }
+    let each: Vec<String> = errors
+        .iter()
+        .map(|(server, error)| format!("{server}: {error}"))
+        .collect();
+    each.join("; ")
 }
 
 /// The result type of this crate.
@@ -47,21 +109,40 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl From<RedisError> for Error {
     fn from(error: RedisError) -> Self {
+        let error = first_of_pipeline(error);
         if is_connection_error(&error) {
             return Error::Connection(error);
         }
-        let unknown_command = error.code() == Some("ERR")
-            && error
-                .detail()
-                .is_some_and(|detail| detail.starts_with("unknown command"));
-        if unknown_command {
+        if is_unknown_lock_command(&error) {
             Error::ModuleNotLoaded(error)
+        } else if error.code() == Some("WRONGTYPE") {
+            Error::WrongType(error)
         } else if error.kind() == redis::ErrorKind::Parse {
             Error::UnexpectedReply(error.to_string())
         } else {
             Error::Server(error)
         }
     }
+}
+
+/// The server error inside a pipeline's failure (a durable acquire is a pipeline),
+/// so that it is recognised as itself.
+fn first_of_pipeline(error: RedisError) -> RedisError {
+    match error.clone().into_server_errors() {
+        Some(errors) if errors.len() == 1 => RedisError::from(errors[0].1.clone()),
+        _ => error,
+    }
+}
+
+/// `ERR unknown command 'LOCK.ACQUIRE', …`: any other unknown command is not ours
+/// to explain.
+fn is_unknown_lock_command(error: &RedisError) -> bool {
+    let Some(detail) = error.detail() else {
+        return false;
+    };
+    error.code() == Some("ERR")
+        && detail.starts_with("unknown command")
+        && detail.to_ascii_lowercase().contains("'lock.")
 }
 
 /// True for errors after which the same command may succeed on retry: the request
@@ -72,4 +153,40 @@ pub(crate) fn is_connection_error(error: &RedisError) -> bool {
         || error.is_connection_refusal()
         || error.is_timeout()
         || error.is_unrecoverable_error()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(code: &str, detail: &str) -> RedisError {
+        let text = format!("{code} {detail}");
+        let parsed = redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).unwrap();
+        match parsed {
+            redis::Value::ServerError(e) => e.into(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn only_an_unknown_lock_command_means_the_module_is_missing() {
+        let ours = reply(
+            "ERR",
+            "unknown command 'LOCK.ACQUIRE', with args beginning with:",
+        );
+        assert!(matches!(Error::from(ours), Error::ModuleNotLoaded(_)));
+        let theirs = reply("ERR", "unknown command 'FOO', with args beginning with:");
+        assert!(matches!(Error::from(theirs), Error::Server(_)));
+    }
+
+    #[test]
+    fn wrongtype_has_its_own_variant() {
+        let error = reply(
+            "WRONGTYPE",
+            "Operation against a key holding the wrong kind of value",
+        );
+        let error = Error::from(error);
+        assert!(matches!(error, Error::WrongType(_)));
+        assert!(error.to_string().contains("not a lock"));
+    }
 }

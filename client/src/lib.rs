@@ -1,35 +1,41 @@
 //! Client for the redis-lock module: distributed locks as Redis commands, with
-//! fencing tokens and server-side FIFO waiting.
+//! fencing tokens, server-side FIFO waiting, and a lease the holder can trust.
 //!
 //! - [`LockCommands`] (blocking) and [`AsyncLockCommands`] (tokio) add the lock
 //!   commands to every redis-rs connection: plain, managed, pooled or cluster.
+//! - [`LockClient`] opens connections of its own from a [`Connector`] (a
+//!   [`redis::Client`], a [`Sentinel`]-managed master, a cluster): the async way to
+//!   wait for a lock, since a wait holds up every other command on its connection.
 //! - A [`Lock`] knows its key, its owner (a fresh UUID v4 per acquisition unless you
-//!   give one) and its fencing token. Stamp the guarded writes with the token.
-//! - Guards release on drop; `run_locked` runs work only if the lock is won and
-//!   always releases it; the async one renews the lock while the work runs and
-//!   signals [`LockLost`] the moment it is gone. [`Renewer`] does the same for threads.
-//! - A retried acquire is safe: the same owner gets the same token back, so the
-//!   client retries on connection errors instead of giving up; when it does give
-//!   up, it releases its fresh owner id, so no lock is left with an unknown owner.
+//!   give one), its fencing token, and its lease: it is safe to rely on until
+//!   [`Lock::valid_until`], the send time of the last acknowledged acquire or extend
+//!   plus the TTL, less a [`margin`] for clock drift. Every loss signal fires at the
+//!   latest there, whatever the network does.
+//! - [`AsyncRenewer`] and [`Renewer`] renew any lock at a third of its TTL, each
+//!   attempt bounded by the lease; `run_locked` renews, hands the work a
+//!   [`LockLost`] signal, and releases afterwards, also on panic and cancellation.
+//! - A wait is a [`Wait`]: `No`, `For(duration)` (rounded up to whole milliseconds)
+//!   or `Forever`.
 //! - [`Request::durable`] waits for replicas to acknowledge a grant; [`Redlock`]
 //!   holds one lock on a majority of independent servers.
+//! - Acquires, renewal failures, losses and releases are logged as `tracing` events.
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use redis_lock_client::AsyncLockCommands;
+//! use redis_lock_client::{LockClient, Wait};
 //!
 //! # async fn demo() -> redis_lock_client::Result<()> {
-//! let client = redis::Client::open("redis://127.0.0.1:6390/").unwrap();
-//! let mut con = client.get_connection_manager().await.unwrap();
-//! let outcome = con
-//!     .run_locked("report:daily", Duration::from_secs(30), |lock, lost| async move {
-//!         // … build the report; write it only with `lock.token()` as fence,
-//!         // and stop early if `lost.is_lost()` …
-//!         lock.token()
+//! let locks = LockClient::new(redis::Client::open("redis://127.0.0.1:6390/").unwrap());
+//! let outcome = locks
+//!     .run_locked("report:daily", Duration::from_secs(30), Wait::No, |lock, lost| async move {
+//!         tokio::select! {
+//!             _ = lost.lost() => None, // stop: the lease ran out or the lock is gone
+//!             token = async { /* build the report, fenced with the token */ lock.token() } => Some(token),
+//!         }
 //!     })
 //!     .await?;
 //! match outcome {
-//!     Some(done) if done.held_to_end => println!("ran with token {}", done.value),
+//!     Some(done) if done.held_to_end => println!("ran with token {:?}", done.value),
 //!     Some(_) => println!("lost the lock while running: writes were fenced off"),
 //!     None => println!("another instance is running it"),
 //! }
@@ -39,15 +45,23 @@
 #![deny(missing_docs)]
 
 mod aio;
+mod connector;
 mod error;
+mod lease;
 mod lock;
 mod redlock;
 mod renew;
+mod request;
+mod sentinel;
 mod sync;
 
-pub use aio::{AsyncClientLockExt, AsyncLockCommands, AsyncLockGuard};
+pub use aio::{AsyncLockCommands, AsyncLockGuard};
+pub use connector::{Connector, LockClient};
 pub use error::{Error, Result};
-pub use lock::{Durable, Lock, LockInfo, Request, Retry};
+pub use lease::{margin, LockLost};
+pub use lock::{Holder, Lock, LockInfo, Mode, Owner};
 pub use redlock::{MultiLock, Redlock};
-pub use renew::{LockLost, Renewer};
+pub use renew::{AsyncRenewer, Renewer, STOP_LIMIT};
+pub use request::{Durable, Request, Retry, Wait, MAX_MILLIS};
+pub use sentinel::Sentinel;
 pub use sync::{LockCommands, LockGuard, Locked};

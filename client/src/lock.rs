@@ -1,24 +1,88 @@
-//! The lock value and the request and reply shapes shared by the sync and async APIs.
+//! The lock value, and what `LOCK.INFO` says about a key.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use rand::Rng;
-use redis::{Cmd, RedisError, Value};
+use redis::Value;
 
-use crate::error::{is_connection_error, Error, Result};
+use crate::error::{Error, Result};
+use crate::lease::{Lease, LockLost};
 
-/// A lock this process holds: its key, the owner id it was taken with, and its
-/// fencing token. Send the token with every write the lock guards, and have the
-/// resource reject tokens lower than the highest it has seen.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A lock this process holds: its key, the owner id it was taken with, its fencing
+/// token, and its lease.
+///
+/// Send the token with every write the lock guards, and have the resource reject
+/// tokens lower than the highest it has seen. Rely on the lock only until
+/// [`valid_until`](Lock::valid_until): the server keeps it at least until then.
+/// Clones share the lease, so a renewal through any of them moves it for all.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redis_lock_client::LockCommands;
+///
+/// # fn main() -> redis_lock_client::Result<()> {
+/// let mut con = redis::Client::open("redis://127.0.0.1:6390/").unwrap().get_connection().unwrap();
+/// if let Some(lock) = con.try_acquire("report:daily", Duration::from_secs(30))? {
+///     // Safe for about 27 s (30 s less the 10% margin), unless extended.
+///     println!("token {}, {:?} left", lock.token(), lock.remaining());
+///     con.release(&lock)?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
 pub struct Lock {
     pub(crate) key: String,
     pub(crate) owner: String,
     pub(crate) token: i64,
-    pub(crate) ttl: Duration,
+    pub(crate) lease: Arc<Lease>,
 }
 
+impl PartialEq for Lock {
+    /// Two locks are the same holding: same key, owner and token.
+    fn eq(&self, other: &Lock) -> bool {
+        (&self.key, &self.owner, self.token) == (&other.key, &other.owner, other.token)
+    }
+}
+
+impl Eq for Lock {}
+
 impl Lock {
+    pub(crate) fn new(key: &str, owner: &str, token: i64, sent: Instant, ttl: Duration) -> Lock {
+        Lock {
+            key: key.into(),
+            owner: owner.into(),
+            token,
+            lease: Lease::new(sent, ttl),
+        }
+    }
+
+    /// Logs the grant.
+    pub(crate) fn acquired(&self) {
+        tracing::debug!(key = %self.key, owner = %self.owner, token = self.token, ttl_ms = self.ttl().as_millis() as u64, "lock acquired");
+    }
+
+    /// An extend sent at `sent` with `ttl` (validated) answered `extended`.
+    pub(crate) fn extended(&self, extended: bool, sent: Instant, ttl: Duration) {
+        if extended {
+            let ms = ttl.as_nanos().div_ceil(1_000_000);
+            let ttl = Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX));
+            self.lease.renewed(sent, ttl);
+        } else {
+            self.lease.end();
+            tracing::warn!(key = %self.key, owner = %self.owner, token = self.token, "lock lost: the server no longer holds it for this owner");
+        }
+    }
+
+    /// A release answered `released`.
+    pub(crate) fn released(&self, released: bool) {
+        self.lease.end();
+        if released {
+            tracing::debug!(key = %self.key, owner = %self.owner, token = self.token, "lock released");
+        } else {
+            tracing::warn!(key = %self.key, owner = %self.owner, token = self.token, "lock released, but the server no longer held it for this owner");
+        }
+    }
+
     /// The key the lock lives at.
     pub fn key(&self) -> &str {
         &self.key
@@ -35,301 +99,283 @@ impl Lock {
         self.token
     }
 
-    /// The TTL the lock was taken (or last extended) with.
+    /// The TTL the lock was taken (or last extended) with, in whole milliseconds as
+    /// sent to the server.
     pub fn ttl(&self) -> Duration {
-        self.ttl
+        self.lease.ttl()
     }
+
+    /// Until when the lock is safe to rely on: the time the last acknowledged acquire
+    /// or extend was sent, plus its TTL, less the [`margin`](crate::margin) for clock
+    /// drift. In the past once the lock was lost or released.
+    pub fn valid_until(&self) -> Instant {
+        self.lease.valid_until()
+    }
+
+    /// Time left until [`valid_until`](Lock::valid_until); zero once lost.
+    pub fn remaining(&self) -> Duration {
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    /// True once the lease ran out, an extend found the lock gone, or it was released.
+    pub fn is_lost(&self) -> bool {
+        self.lease.is_lost()
+    }
+
+    /// The loss signal of this lock, to hand to the work it guards.
+    pub fn signal(&self) -> LockLost {
+        LockLost {
+            lease: Arc::clone(&self.lease),
+            key: self.key.clone(),
+        }
+    }
+}
+
+/// Whether a lock's holdings are exclusive (the default) or shared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Mode {
+    /// One holder at a time.
+    Exclusive,
+    /// Any number of shared holders (read locks, semaphores).
+    Shared,
+}
+
+/// An owner id as the server keeps it: binary-safe bytes, compared with and shown as
+/// text. The owners this crate makes are UUIDs.
+///
+/// ```
+/// use redis_lock_client::Owner;
+///
+/// let owner = Owner::from("worker-7");
+/// assert_eq!(owner, "worker-7");
+/// assert_eq!(owner.as_str(), Some("worker-7"));
+/// assert_eq!(owner.to_string(), "worker-7");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Owner(Vec<u8>);
+
+impl Owner {
+    /// The id as text, if it is UTF-8.
+    pub fn as_str(&self) -> Option<&str> {
+        std::str::from_utf8(&self.0).ok()
+    }
+
+    /// The id's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl From<&str> for Owner {
+    fn from(owner: &str) -> Owner {
+        Owner(owner.as_bytes().to_vec())
+    }
+}
+
+impl From<Vec<u8>> for Owner {
+    fn from(owner: Vec<u8>) -> Owner {
+        Owner(owner)
+    }
+}
+
+impl std::fmt::Display for Owner {
+    /// The id as text; bytes that are not UTF-8 show as U+FFFD.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&String::from_utf8_lossy(&self.0))
+    }
+}
+
+impl PartialEq<str> for Owner {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other.as_bytes()
+    }
+}
+
+impl PartialEq<&str> for Owner {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == other.as_bytes()
+    }
+}
+
+impl PartialEq<String> for Owner {
+    fn eq(&self, other: &String) -> bool {
+        self.0 == other.as_bytes()
+    }
+}
+
+impl PartialEq<[u8]> for Owner {
+    fn eq(&self, other: &[u8]) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&[u8]> for Owner {
+    fn eq(&self, other: &&[u8]) -> bool {
+        self.0 == *other
+    }
+}
+
+/// One holding of a lock, as `LOCK.INFO` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// Who holds it.
+    pub owner: Owner,
+    /// Time left before it expires (`None`: no expiry).
+    pub ttl: Option<Duration>,
+    /// Its fencing token.
+    pub token: i64,
 }
 
 /// What `LOCK.INFO` says about a held lock.
+///
+/// ```no_run
+/// use redis_lock_client::LockCommands;
+///
+/// # fn main() -> redis_lock_client::Result<()> {
+/// let mut con = redis::Client::open("redis://127.0.0.1:6390/").unwrap().get_connection().unwrap();
+/// if let Some(info) = con.lock_info("report:daily")? {
+///     println!("{} holds it with token {}, {} waiting", info.owner, info.token, info.waiters);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LockInfo {
-    /// Who holds it.
-    pub owner: Vec<u8>,
-    /// Time left before it expires (`None`: no expiry, an administrator removed it).
+    /// Who holds it (of a shared lock: the oldest holder).
+    pub owner: Owner,
+    /// Time left before that holding expires (`None`: no expiry).
     pub ttl: Option<Duration>,
-    /// The fencing token of the current holding.
+    /// That holding's fencing token.
     pub token: i64,
     /// Clients waiting for it in the server now.
     pub waiters: u64,
+    /// Exclusive or shared.
+    pub mode: Mode,
+    /// Every holding, oldest first: one for an exclusive lock.
+    pub holders: Vec<Holder>,
 }
 
-/// What to ask for: a key, a TTL, maybe a wait, maybe a given owner.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
-    pub(crate) key: String,
-    pub(crate) owner: String,
-    pub(crate) ttl: Duration,
-    pub(crate) wait: Option<Duration>,
-    pub(crate) retry: Retry,
-    pub(crate) durable: Option<Durable>,
-    /// The owner came from the caller, who may hold the lock under it already.
-    pub(crate) owner_given: bool,
-}
-
-/// How many replicas must acknowledge a grant, and how long to wait for them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Durable {
-    /// Replicas that must have the grant.
-    pub replicas: u32,
-    /// How long Redis's `WAIT` may take to hear from them.
-    pub timeout: Duration,
-}
-
-impl Request {
-    /// A request for `key` with `ttl`, as a fresh owner (UUID v4), without waiting.
-    pub fn new(key: impl Into<String>, ttl: Duration) -> Self {
-        Request {
-            key: key.into(),
-            owner: uuid::Uuid::new_v4().to_string(),
-            ttl,
-            wait: None,
-            retry: Retry::default(),
-            durable: None,
-            owner_given: false,
-        }
-    }
-
-    /// Holds the lock only once `replicas` replicas acknowledge the grant (Redis's
-    /// `WAIT replicas timeout` after the acquire); otherwise releases it and answers
-    /// `None`, as if the lock were busy.
-    ///
-    /// Redis replication is asynchronous: a failover right after a grant can lose it,
-    /// and the promoted replica can then grant the same lock again. Waiting for the
-    /// replicas closes most of that window, at the price of a replication round trip
-    /// per acquire and of refusing locks while replicas lag. It does not make Redis
-    /// a consensus system: `WAIT` does not roll back a write the replicas missed, and
-    /// a failover may still pick a replica that has not acknowledged. Fencing tokens
-    /// remain the guard that holds.
-    pub fn durable(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.durable = Some(Durable { replicas, timeout });
-        self
-    }
-
-    /// How to retry when the connection fails before the reply arrives (default:
-    /// 3 retries from 20 ms, jittered). Retrying is safe: the same owner gets the same
-    /// token back if the first try took the lock.
-    pub fn retry(mut self, retry: Retry) -> Self {
-        self.retry = retry;
-        self
-    }
-
-    /// Waits in the server up to `wait` for the lock (`Duration::ZERO`: no limit), on
-    /// a connection that nothing else uses meanwhile: Redis answers nothing else sent
-    /// on it until the wait ends.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
-        self
-    }
-
-    /// Acquires as `owner` instead of a fresh UUID: the holder of that id gets the same
-    /// token back (a retry after a timeout learns it already holds the lock).
-    pub fn owner(mut self, owner: impl Into<String>) -> Self {
-        self.owner = owner.into();
-        self.owner_given = true;
-        self
-    }
-
-    pub(crate) fn command(&self) -> Cmd {
-        let mut cmd = redis::cmd("LOCK.ACQUIRE");
-        cmd.arg(&self.key).arg(&self.owner).arg(millis(self.ttl));
-        if let Some(wait) = self.wait {
-            cmd.arg("WAIT").arg(wait_millis(wait));
-        }
-        cmd
-    }
-
-    /// What to do after attempt number `attempt` (0-based) failed with `error`.
-    ///
-    /// A lost reply (connection error, timeout) is retried as the same owner, which
-    /// learns the token if the lost try got one. Except while waiting: a client-side
-    /// timeout then means the request still waits in the server, on a connection
-    /// that answers in order, so a retry would only queue behind it.
-    ///
-    /// Giving up after a lost reply leaves the outcome unknown: the server may still
-    /// grant the request. With an owner of its own (a fresh UUID nobody else knows)
-    /// the request is withdrawn by a release of that owner, which runs after it.
-    pub(crate) fn after_failure(&self, error: RedisError, attempt: u32) -> Next {
-        if !is_connection_error(&error) {
-            return Next::Fail(error.into(), None);
-        }
-        let waiting = self.wait.is_some() && error.is_timeout();
-        if !waiting && attempt < self.retry.attempts {
-            return Next::Retry(self.retry.delay(attempt));
-        }
-        let withdraw = (!self.owner_given).then(|| release_of(&self.key, &self.owner));
-        let error = if waiting {
-            Error::ResponseTimeout(error)
-        } else {
-            error.into()
-        };
-        Next::Fail(error, withdraw)
-    }
-
-    pub(crate) fn granted(&self, token: Option<i64>) -> Option<Lock> {
-        token.map(|token| Lock {
-            key: self.key.clone(),
-            owner: self.owner.clone(),
-            token,
-            ttl: self.ttl,
-        })
-    }
-}
-
-/// The step after a failed acquire attempt.
-pub(crate) enum Next {
-    /// Send the request again after this pause.
-    Retry(Duration),
-    /// Give up with this error, after sending the withdrawal, if any (its reply does
-    /// not matter).
-    Fail(Error, Option<Cmd>),
-}
-
-/// Milliseconds of a duration, at least 1 (the server refuses 0).
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
-}
-
-/// Milliseconds of a WAIT timeout: 0 means no limit.
-pub(crate) fn wait_millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// `WAIT replicas timeout`, sent after a durable grant.
-pub(crate) fn wait_replicas_command(durable: &Durable) -> Cmd {
-    let mut cmd = redis::cmd("WAIT");
-    cmd.arg(durable.replicas).arg(wait_millis(durable.timeout));
-    cmd
-}
-
-pub(crate) fn release_command(lock: &Lock) -> Cmd {
-    release_of(&lock.key, &lock.owner)
-}
-
-fn release_of(key: &str, owner: &str) -> Cmd {
-    let mut cmd = redis::cmd("LOCK.RELEASE");
-    cmd.arg(key).arg(owner);
-    cmd
-}
-
-pub(crate) fn extend_command(lock: &Lock, ttl: Duration) -> Cmd {
-    let mut cmd = redis::cmd("LOCK.EXTEND");
-    cmd.arg(&lock.key).arg(&lock.owner).arg(millis(ttl));
-    cmd
-}
-
-pub(crate) fn info_command(key: &str) -> Cmd {
-    let mut cmd = redis::cmd("LOCK.INFO");
-    cmd.arg(key);
-    cmd
-}
-
-/// Reads a LOCK.INFO reply: null, a RESP3 map or a RESP2 flat array.
+/// Reads a LOCK.INFO reply: null, a RESP3 map or a RESP2 flat array; with a
+/// `holders` list (contract version 2) or only the one holder's fields (version 1).
 pub(crate) fn parse_info(value: Value) -> Result<Option<LockInfo>> {
-    let pairs: Vec<(Value, Value)> = match value {
-        Value::Nil => return Ok(None),
-        Value::Map(pairs) => pairs,
-        Value::Array(items) => {
-            let mut items = items.into_iter();
-            std::iter::from_fn(|| Some((items.next()?, items.next()?))).collect()
-        }
-        other => return Err(Error::UnexpectedReply(format!("LOCK.INFO: {other:?}"))),
+    let Some(fields) = pairs(value)? else {
+        return Ok(None);
     };
-    let mut info = LockInfo {
-        owner: Vec::new(),
+    let mut mode = Mode::Exclusive;
+    let mut holders = Vec::new();
+    let mut waiters = 0;
+    let mut single = Holder {
+        owner: Owner::default(),
         ttl: None,
         token: 0,
-        waiters: 0,
     };
-    for (name, value) in pairs {
-        let name: String = redis::from_redis_value(name).map_err(unexpected)?;
-        match name.as_str() {
-            "owner" => info.owner = redis::from_redis_value(value).map_err(unexpected)?,
-            "ttl" => {
-                let ms: i64 = redis::from_redis_value(value).map_err(unexpected)?;
-                info.ttl = u64::try_from(ms).ok().map(Duration::from_millis);
+    let mut listed = false;
+    for (name, value) in fields {
+        match field_name(name)?.as_str() {
+            "mode" => {
+                let name: String = redis::from_redis_value(value).map_err(unexpected)?;
+                mode = if name == "shared" {
+                    Mode::Shared
+                } else {
+                    Mode::Exclusive
+                };
             }
-            "token" => info.token = redis::from_redis_value(value).map_err(unexpected)?,
-            "waiters" => info.waiters = redis::from_redis_value(value).map_err(unexpected)?,
-            _ => {} // fields a newer server adds
+            "holders" => {
+                listed = true;
+                let list: Vec<Value> = redis::from_redis_value(value).map_err(unexpected)?;
+                for holder in list {
+                    holders.push(parse_holder(holder)?);
+                }
+            }
+            "waiters" => waiters = redis::from_redis_value(value).map_err(unexpected)?,
+            name => holder_field(&mut single, name, value)?,
         }
     }
-    Ok(Some(info))
+    if !listed {
+        holders.push(single);
+    }
+    let first = holders.first().cloned().unwrap_or(Holder {
+        owner: Owner::default(),
+        ttl: None,
+        token: 0,
+    });
+    Ok(Some(LockInfo {
+        owner: first.owner,
+        ttl: first.ttl,
+        token: first.token,
+        waiters,
+        mode,
+        holders,
+    }))
+}
+
+fn parse_holder(value: Value) -> Result<Holder> {
+    let mut holder = Holder {
+        owner: Owner::default(),
+        ttl: None,
+        token: 0,
+    };
+    for (name, value) in pairs(value)?.unwrap_or_default() {
+        holder_field(&mut holder, &field_name(name)?, value)?;
+    }
+    Ok(holder)
+}
+
+fn holder_field(holder: &mut Holder, name: &str, value: Value) -> Result<()> {
+    match name {
+        "owner" => {
+            let bytes: Vec<u8> = redis::from_redis_value(value).map_err(unexpected)?;
+            holder.owner = Owner(bytes);
+        }
+        "ttl" => {
+            let ms: i64 = redis::from_redis_value(value).map_err(unexpected)?;
+            holder.ttl = u64::try_from(ms).ok().map(Duration::from_millis);
+        }
+        "token" => holder.token = redis::from_redis_value(value).map_err(unexpected)?,
+        _ => {} // fields a newer server adds
+    }
+    Ok(())
+}
+
+fn pairs(value: Value) -> Result<Option<Vec<(Value, Value)>>> {
+    match value {
+        Value::Nil => Ok(None),
+        Value::Map(pairs) => Ok(Some(pairs)),
+        Value::Array(items) => {
+            let mut items = items.into_iter();
+            Ok(Some(
+                std::iter::from_fn(|| Some((items.next()?, items.next()?))).collect(),
+            ))
+        }
+        other => Err(Error::UnexpectedReply(format!("LOCK.INFO: {other:?}"))),
+    }
+}
+
+fn field_name(name: Value) -> Result<String> {
+    redis::from_redis_value(name).map_err(unexpected)
 }
 
 fn unexpected(error: impl std::fmt::Display) -> Error {
     Error::UnexpectedReply(error.to_string())
 }
 
-/// How often and how long to retry a command whose reply was lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retry {
-    /// Tries after the first.
-    pub attempts: u32,
-    /// The first pause; each next one doubles, with random jitter.
-    pub base_delay: Duration,
-}
-
-impl Default for Retry {
-    fn default() -> Self {
-        Retry {
-            attempts: 3,
-            base_delay: Duration::from_millis(20),
-        }
-    }
-}
-
-impl Retry {
-    /// No retries.
-    pub const NONE: Retry = Retry {
-        attempts: 0,
-        base_delay: Duration::ZERO,
-    };
-
-    /// The pause before retry number `attempt` (0-based): exponential, with
-    /// jitter between half and all of it so retrying clients spread out.
-    pub(crate) fn delay(&self, attempt: u32) -> Duration {
-        let full = self.base_delay.saturating_mul(1 << attempt.min(16));
-        let low = full / 2;
-        let spread = u64::try_from((full - low).as_micros()).unwrap_or(u64::MAX);
-        low + Duration::from_micros(rand::thread_rng().gen_range(0..=spread))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_request_builds_the_acquire_command() {
-        let request = Request::new("job", Duration::from_secs(5))
-            .owner("me")
-            .wait(Duration::from_millis(250));
-        let packed = String::from_utf8(request.command().get_packed_command()).unwrap();
-        assert!(packed.contains("LOCK.ACQUIRE"));
-        for part in ["job", "me", "5000", "WAIT", "250"] {
-            assert!(packed.contains(&format!("\r\n{part}\r\n")), "{packed:?}");
-        }
-    }
-
-    #[test]
-    fn fresh_owners_are_distinct_uuids() {
-        let a = Request::new("k", Duration::from_secs(1));
-        let b = Request::new("k", Duration::from_secs(1));
-        assert_ne!(a.owner, b.owner);
-        assert!(uuid::Uuid::parse_str(&a.owner).is_ok());
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
     }
 
     #[test]
     fn info_parses_both_protocols() {
         let fields = vec![
-            (
-                Value::BulkString(b"owner".to_vec()),
-                Value::BulkString(b"me".to_vec()),
-            ),
-            (Value::BulkString(b"ttl".to_vec()), Value::Int(1500)),
-            (Value::BulkString(b"token".to_vec()), Value::Int(42)),
-            (Value::BulkString(b"waiters".to_vec()), Value::Int(2)),
+            (bulk("owner"), bulk("me")),
+            (bulk("ttl"), Value::Int(1500)),
+            (bulk("token"), Value::Int(42)),
+            (bulk("waiters"), Value::Int(2)),
         ];
         let flat = Value::Array(
             fields
@@ -337,11 +383,18 @@ mod tests {
                 .flat_map(|(k, v)| [k.clone(), v.clone()])
                 .collect(),
         );
-        let expected = LockInfo {
-            owner: b"me".to_vec(),
+        let holder = Holder {
+            owner: "me".into(),
             ttl: Some(Duration::from_millis(1500)),
             token: 42,
+        };
+        let expected = LockInfo {
+            owner: "me".into(),
+            ttl: holder.ttl,
+            token: 42,
             waiters: 2,
+            mode: Mode::Exclusive,
+            holders: vec![holder],
         };
         assert_eq!(
             parse_info(Value::Map(fields)).unwrap(),
@@ -352,65 +405,45 @@ mod tests {
         assert!(parse_info(Value::Int(3)).is_err());
     }
 
-    fn timeout() -> RedisError {
-        std::io::Error::from(std::io::ErrorKind::TimedOut).into()
-    }
-
-    fn withdraws(next: &Next) -> bool {
-        matches!(next, Next::Fail(_, Some(cmd)) if cmd.args_iter().count() == 3)
-    }
-
     #[test]
-    fn a_lost_reply_is_retried_then_withdrawn() {
-        let request = Request::new("job", Duration::from_secs(5));
-        assert!(matches!(
-            request.after_failure(timeout(), 0),
-            Next::Retry(_)
-        ));
-        let last = request.after_failure(timeout(), request.retry.attempts);
-        assert!(matches!(last, Next::Fail(Error::Connection(_), _)));
-        assert!(withdraws(&last));
-        // A refusal is final and leaves nothing to withdraw.
-        let refused: RedisError = (redis::ErrorKind::Client, "WRONGTYPE").into();
-        assert!(matches!(
-            request.after_failure(refused, 0),
-            Next::Fail(_, None)
-        ));
-    }
-
-    #[test]
-    fn a_timeout_while_waiting_is_not_retried() {
-        let request = Request::new("job", Duration::from_secs(5)).wait(Duration::from_secs(9));
-        let next = request.after_failure(timeout(), 0);
-        assert!(matches!(next, Next::Fail(Error::ResponseTimeout(_), _)));
-        assert!(withdraws(&next));
-    }
-
-    #[test]
-    fn a_given_owner_is_never_withdrawn() {
-        // Its caller may hold the lock under it already (a refresh).
-        let request = Request::new("job", Duration::from_secs(5)).owner("me");
-        let next = request.after_failure(timeout(), request.retry.attempts);
-        assert!(matches!(next, Next::Fail(Error::Connection(_), None)));
-    }
-
-    #[test]
-    fn retry_delays_grow_with_jitter() {
-        let retry = Retry {
-            attempts: 5,
-            base_delay: Duration::from_millis(10),
+    fn info_reads_the_holders_of_a_shared_lock() {
+        let holder = |owner: &str, token| {
+            Value::Map(vec![
+                (bulk("owner"), bulk(owner)),
+                (bulk("ttl"), Value::Int(900)),
+                (bulk("token"), Value::Int(token)),
+            ])
         };
-        for attempt in 0..4 {
-            let full = Duration::from_millis(10 << attempt);
-            let d = retry.delay(attempt);
-            assert!(d >= full / 2 && d <= full, "{d:?} for attempt {attempt}");
-        }
+        let reply = Value::Map(vec![
+            (bulk("mode"), bulk("shared")),
+            (
+                bulk("holders"),
+                Value::Array(vec![holder("a", 7), holder("b", 8)]),
+            ),
+            (bulk("waiters"), Value::Int(0)),
+        ]);
+        let info = parse_info(reply).unwrap().unwrap();
+        assert_eq!(info.mode, Mode::Shared);
+        assert_eq!(
+            (info.owner.as_str(), info.token),
+            (Some("a"), 7),
+            "the oldest"
+        );
+        let owners: Vec<_> = info
+            .holders
+            .iter()
+            .map(|h| (h.owner.to_string(), h.token))
+            .collect();
+        assert_eq!(owners, [("a".to_string(), 7), ("b".to_string(), 8)]);
     }
 
     #[test]
-    fn durations_become_server_milliseconds() {
-        assert_eq!(millis(Duration::from_micros(10)), 1);
-        assert_eq!(millis(Duration::from_secs(2)), 2000);
-        assert_eq!(wait_millis(Duration::ZERO), 0);
+    fn clones_of_a_lock_share_its_lease() {
+        let lock = Lock::new("job", "me", 1, Instant::now(), Duration::from_secs(60));
+        let clone = lock.clone();
+        assert_eq!(lock, clone);
+        lock.lease.end();
+        assert!(clone.is_lost());
+        assert_eq!(clone.remaining(), Duration::ZERO);
     }
 }

@@ -2,8 +2,10 @@
 //!
 //! A lock is held when a majority (N/2 + 1) of the servers granted it within its
 //! validity: the TTL minus the time the acquire took and an allowance for clock
-//! drift. Servers that are down or slow only count as refusals; each is given a short
-//! timeout, so one stuck server cannot stall the acquire.
+//! drift. The servers are asked in parallel, each with a short timeout, so one stuck
+//! server cannot stall the acquire. No majority because servers hold the lock for
+//! someone else is "busy" (`Ok(None)`); no majority because servers failed (down,
+//! refusing, without the module) is [`Error::NoQuorum`], with each server's cause.
 //!
 //! What it does and does not guarantee (see Martin Kleppmann's "How to do distributed
 //! locking" and the Redis documentation's reply):
@@ -25,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use redis::{Client, Connection};
 
-use crate::error::Result;
-use crate::lock::Retry;
+use crate::error::{Error, Result};
+use crate::request::{ttl_millis, Request, Retry};
 use crate::sync::LockCommands;
 use crate::Lock;
 
@@ -36,8 +38,8 @@ pub struct MultiLock {
     key: String,
     owner: String,
     ttl: Duration,
-    /// The token each server granted, `None` where it refused or did not answer.
-    tokens: Vec<Option<i64>>,
+    /// The holding on each server, `None` where it refused or did not answer.
+    locks: Vec<Option<Lock>>,
     /// When the lock stops being safe to rely on.
     valid_until: Instant,
 }
@@ -54,14 +56,17 @@ impl MultiLock {
     }
 
     /// The token each server granted (`None`: not granted there), in server order.
-    pub fn tokens(&self) -> &[Option<i64>] {
-        &self.tokens
+    pub fn tokens(&self) -> Vec<Option<i64>> {
+        self.locks
+            .iter()
+            .map(|l| l.as_ref().map(Lock::token))
+            .collect()
     }
 
     /// The highest token of the quorum: a fence only under the timing assumptions
     /// described in the module docs.
     pub fn fence(&self) -> i64 {
-        self.tokens.iter().flatten().copied().max().unwrap_or(0)
+        self.tokens().into_iter().flatten().max().unwrap_or(0)
     }
 
     /// Time left before the lock must be considered lost.
@@ -69,20 +74,48 @@ impl MultiLock {
         self.valid_until.saturating_duration_since(Instant::now())
     }
 
-    fn on(&self, server: usize) -> Option<Lock> {
-        let token = (*self.tokens.get(server)?)?;
-        Some(Lock {
-            key: self.key.clone(),
-            owner: self.owner.clone(),
-            token,
-            ttl: self.ttl,
-        })
+    /// The holding on `server`, or a stand-in with token 0 where none was granted
+    /// (a release there still takes back a grant whose reply was lost).
+    fn on(&self, server: usize) -> Lock {
+        match self.locks.get(server) {
+            Some(Some(lock)) => lock.clone(),
+            _ => Lock::new(&self.key, &self.owner, 0, Instant::now(), self.ttl),
+        }
     }
 }
 
 struct Server {
     client: Client,
     con: Option<Connection>,
+}
+
+impl Server {
+    /// Runs `f` on this server's connection, connecting first if needed; a failure
+    /// drops the connection so the next call reconnects.
+    fn run<T>(
+        &mut self,
+        timeout: Duration,
+        f: impl FnOnce(&mut Connection) -> Result<T>,
+    ) -> Result<T> {
+        if self.con.is_none() {
+            let con = self.client.get_connection_with_timeout(timeout)?;
+            con.set_read_timeout(Some(timeout))?;
+            con.set_write_timeout(Some(timeout))?;
+            self.con = Some(con);
+        }
+        let Some(con) = self.con.as_mut() else {
+            return Err(Error::UnexpectedReply("no connection".into()));
+        };
+        let result = f(con);
+        if result.is_err() {
+            self.con = None;
+        }
+        result
+    }
+
+    fn address(&self) -> String {
+        self.client.get_connection_info().addr().to_string()
+    }
 }
 
 /// A lock manager over independent Redis masters (3 or 5, usually).
@@ -127,7 +160,7 @@ impl Redlock {
         }
     }
 
-    /// How long one server may take to answer before it counts as a refusal.
+    /// How long one server may take to answer before it counts as failed.
     pub fn server_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -144,88 +177,103 @@ impl Redlock {
         self.servers.len() / 2 + 1
     }
 
-    /// Runs `f` on server `i`'s connection, connecting first if needed; a failure
-    /// drops the connection so the next call reconnects.
-    fn on_server<T>(
+    /// Runs `f` on every server at once, one thread each; the answers in server order.
+    fn on_every_server<T: Send>(
         &mut self,
-        i: usize,
-        f: impl FnOnce(&mut Connection) -> Result<T>,
-    ) -> Option<T> {
+        f: impl Fn(usize, &mut Connection) -> Result<T> + Sync,
+    ) -> Vec<Result<T>> {
         let timeout = self.timeout;
-        let server = self.servers.get_mut(i)?;
-        if server.con.is_none() {
-            let con = server.client.get_connection_with_timeout(timeout).ok()?;
-            con.set_read_timeout(Some(timeout)).ok()?;
-            con.set_write_timeout(Some(timeout)).ok()?;
-            server.con = Some(con);
-        }
-        let result = f(server.con.as_mut()?);
-        if result.is_err() {
-            server.con = None;
-        }
-        result.ok()
+        let f = &f;
+        std::thread::scope(|scope| {
+            let asks: Vec<_> = self
+                .servers
+                .iter_mut()
+                .enumerate()
+                .map(|(i, server)| scope.spawn(move || server.run(timeout, |con| f(i, con))))
+                .collect();
+            asks.into_iter()
+                .map(|ask| {
+                    ask.join().unwrap_or_else(|_| {
+                        Err(Error::UnexpectedReply("a server's thread panicked".into()))
+                    })
+                })
+                .collect()
+        })
     }
 
-    /// Tries once: the lock on a majority within its validity, or `None` (and
-    /// whatever was granted is released).
+    /// Tries once: the lock on a majority within its validity; `None` if servers
+    /// hold it for someone else; [`Error::NoQuorum`] if too many servers failed or
+    /// the acquire took longer than the TTL. Whatever was granted is released
+    /// unless the lock is held.
     pub fn try_acquire(&mut self, key: &str, ttl: Duration) -> Result<Option<MultiLock>> {
+        ttl_millis(ttl)?;
         let owner = uuid::Uuid::new_v4().to_string();
         let started = Instant::now();
-        let mut tokens = Vec::with_capacity(self.servers.len());
-        for i in 0..self.servers.len() {
-            let token = self.on_server(i, |con| {
-                let request = crate::Request::new(key, ttl)
-                    .owner(owner.clone())
-                    .retry(Retry::NONE);
-                con.acquire_with(request)
-            });
-            tokens.push(token.flatten().map(|lock| lock.token));
-        }
+        let answers = self.on_every_server(|_, con| {
+            let request = Request::new(key, ttl)
+                .owner(owner.clone())
+                .retry(Retry::NONE);
+            con.acquire_with(request)
+        });
         let drift = ttl.mul_f64(self.drift_factor) + Duration::from_millis(2);
-        let used = started.elapsed() + drift;
+        let mut locks = Vec::with_capacity(answers.len());
+        let mut errors = Vec::new();
+        for (server, answer) in self.servers.iter().zip(answers) {
+            match answer {
+                Ok(lock) => locks.push(lock),
+                Err(error) => {
+                    errors.push((server.address(), error));
+                    locks.push(None);
+                }
+            }
+        }
         let lock = MultiLock {
             key: key.into(),
             owner,
             ttl,
-            tokens,
+            locks,
             valid_until: started + ttl.saturating_sub(drift),
         };
-        let granted = lock.tokens.iter().flatten().count();
-        if granted >= self.quorum() && used < ttl {
+        let granted = lock.locks.iter().flatten().count();
+        if granted >= self.quorum() && Instant::now() < lock.valid_until {
             return Ok(Some(lock));
         }
         self.release(&lock);
+        let failed_past_a_majority = errors.len() > self.servers.len() - self.quorum();
+        if failed_past_a_majority || granted >= self.quorum() {
+            return Err(Error::NoQuorum {
+                key: key.into(),
+                granted,
+                needed: self.quorum(),
+                errors,
+            });
+        }
         Ok(None)
     }
 
-    /// Tries, and on failure tries again after a jittered pause, as often as the
-    /// retry policy says.
+    /// Tries, and on failure (busy or no quorum) tries again after a jittered pause,
+    /// as often as the retry policy says; the last try's answer.
     pub fn acquire(&mut self, key: &str, ttl: Duration) -> Result<Option<MultiLock>> {
-        for attempt in 0..=self.retry.attempts {
-            if let Some(lock) = self.try_acquire(key, ttl)? {
-                return Ok(Some(lock));
+        let mut attempt = 0;
+        loop {
+            let answer = self.try_acquire(key, ttl);
+            let retryable = matches!(answer, Ok(None) | Err(Error::NoQuorum { .. }));
+            if !retryable || attempt >= self.retry.attempts {
+                return answer;
             }
-            if attempt < self.retry.attempts {
-                // Jittered, so competing clients stop colliding.
-                std::thread::sleep(self.retry.delay(attempt));
-            }
+            // Jittered, so competing clients stop colliding.
+            std::thread::sleep(self.retry.delay(attempt));
+            attempt += 1;
         }
-        Ok(None)
     }
 
     /// Releases the lock on every server that may hold it (also those that did not
     /// answer: their grant may have happened). Returns how many released it.
     pub fn release(&mut self, lock: &MultiLock) -> usize {
-        (0..self.servers.len())
-            .filter(|&i| {
-                let mine = lock.on(i).unwrap_or_else(|| Lock {
-                    key: lock.key.clone(),
-                    owner: lock.owner.clone(),
-                    token: 0,
-                    ttl: lock.ttl,
-                });
-                self.on_server(i, |con| con.release(&mine)) == Some(true)
-            })
+        let released = self.on_every_server(|i, con| con.release(&lock.on(i)));
+        released
+            .into_iter()
+            .filter(|r| matches!(r, Ok(true)))
             .count()
     }
 
@@ -233,18 +281,22 @@ impl Redlock {
     /// still did, within the new validity.
     pub fn extend(&mut self, lock: &mut MultiLock, ttl: Duration) -> bool {
         let started = Instant::now();
-        let mut held = 0;
-        for i in 0..self.servers.len() {
-            let Some(mine) = lock.on(i) else { continue };
-            if self.on_server(i, |con| con.extend(&mine, ttl)) == Some(true) {
-                held += 1;
-            } else if let Some(token) = lock.tokens.get_mut(i) {
-                *token = None;
+        let held = {
+            let lock = &*lock;
+            self.on_every_server(|i, con| match lock.locks.get(i) {
+                Some(Some(mine)) => con.extend(mine, ttl),
+                _ => Ok(false),
+            })
+        };
+        for (slot, extended) in lock.locks.iter_mut().zip(&held) {
+            if !matches!(extended, Ok(true)) {
+                *slot = None;
             }
         }
         let drift = ttl.mul_f64(self.drift_factor) + Duration::from_millis(2);
         lock.ttl = ttl;
         lock.valid_until = started + ttl.saturating_sub(drift);
-        held >= self.quorum() && started.elapsed() + drift < ttl
+        let granted = lock.locks.iter().flatten().count();
+        granted >= self.quorum() && Instant::now() < lock.valid_until
     }
 }

@@ -1,109 +1,208 @@
-//! Auto-renewal: extend a held lock at a third of its TTL while work runs, and tell
-//! the work the moment the lock is lost.
+//! Renewers: extend a held lock at a third of its TTL while work runs, each attempt
+//! bounded by the lease, and stop trying once the lease ran out.
+//!
+//! The loss signal does not depend on them: a [`Lock`]'s lease reports the loss at
+//! its local deadline whatever the renewer is doing. A renewer moves the deadline
+//! forward while renewals are acknowledged, and ends the lease at once when one
+//! finds the lock gone.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::future::Future;
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use redis::aio::ConnectionLike;
 use tokio::task::JoinHandle;
 
-use crate::aio::AsyncLockCommands;
+use crate::aio::{timed_out, AsyncLockCommands};
+use crate::connector::Connector;
 use crate::error::{Error, Result};
+use crate::lease::LockLost;
 use crate::lock::Lock;
 use crate::sync::LockCommands;
 
-/// How often a renewal runs for a lock of `ttl`.
+/// How often a lock of `ttl` is renewed.
 fn period(ttl: Duration) -> Duration {
     (ttl / 3).max(Duration::from_millis(1))
 }
 
-/// Tells the work under a lock whether the lock is still held. Cheap to clone.
-#[derive(Debug, Clone)]
-pub struct LockLost {
-    rx: watch::Receiver<bool>,
-    key: String,
+/// The pause before another try after a failed renewal: short, so that a blip costs
+/// little of the lease.
+fn retry_delay(ttl: Duration) -> Duration {
+    (period(ttl) / 4).clamp(Duration::from_millis(10), Duration::from_millis(250))
 }
 
-impl LockLost {
-    /// True once a renewal found the lock gone (expired, or deleted by someone).
-    pub fn is_lost(&self) -> bool {
-        *self.rx.borrow()
-    }
+/// How long one renewal (with its connect, if any) may take: what is left of the
+/// lease. A renewal acknowledged later could not keep the lease anyway; and over a
+/// slow path, a connect and its handshake may need more than a period.
+fn attempt_limit(lock: &Lock) -> Duration {
+    lock.remaining().max(Duration::from_millis(10))
+}
 
-    /// `Err(`[`Error::LockLost`]`)` once the lock is lost: `lost.check()?` between
-    /// steps of the work stops it before it does harm.
-    pub fn check(&self) -> Result<()> {
-        if self.is_lost() {
-            return Err(Error::LockLost {
-                key: self.key.clone(),
-            });
+/// How long [`Renewer::stop`] waits for its thread at most.
+pub const STOP_LIMIT: Duration = Duration::from_millis(250);
+
+/// One renewal, on whatever connection the renewer uses.
+pub(crate) trait RenewPath: Send + 'static {
+    fn extend(
+        &mut self,
+        lock: &Lock,
+        ttl: Duration,
+        limit: Duration,
+    ) -> impl Future<Output = Result<bool>> + Send;
+}
+
+/// Renews on a clone of a connection the caller gave (a manager reconnects itself).
+struct Shared<C>(C);
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> RenewPath for Shared<C> {
+    async fn extend(&mut self, lock: &Lock, ttl: Duration, limit: Duration) -> Result<bool> {
+        let mut con = self.0.clone();
+        match tokio::time::timeout(limit, con.extend(lock, ttl)).await {
+            Ok(answer) => answer,
+            Err(elapsed) => Err(Error::Connection(timed_out(elapsed))),
         }
-        Ok(())
-    }
-
-    /// Completes when the lock is lost. Never completes while the lock is held;
-    /// completes at once when renewal has stopped.
-    pub async fn lost(&mut self) {
-        let _ = self.rx.wait_for(|lost| *lost).await;
     }
 }
 
-/// A background task renewing one lock (async).
-pub(crate) struct Renewal {
+/// Renews on a connection of its own from a [`Connector`], opened anew after any
+/// failure (a connection that timed out may be black-holed for good).
+pub(crate) struct Fresh<K: Connector> {
+    pub(crate) connector: K,
+    pub(crate) con: Option<K::Connection>,
+}
+
+impl<K: Connector> RenewPath for Fresh<K> {
+    async fn extend(&mut self, lock: &Lock, ttl: Duration, limit: Duration) -> Result<bool> {
+        let attempt = async {
+            if self.con.is_none() {
+                self.con = Some(self.connector.connect(Some(limit)).await?);
+            }
+            match self.con.as_mut() {
+                Some(con) => con.extend(lock, ttl).await,
+                None => Err(Error::UnexpectedReply("no connection".into())),
+            }
+        };
+        let answer = match tokio::time::timeout(limit, attempt).await {
+            Ok(answer) => answer,
+            Err(elapsed) => Err(Error::Connection(timed_out(elapsed))),
+        };
+        if answer.is_err() {
+            self.con = None;
+        }
+        answer
+    }
+}
+
+/// Renews a lock in a tokio task, for async code and any lock or guard.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redis_lock_client::{AsyncLockCommands, AsyncRenewer};
+///
+/// # async fn demo() -> redis_lock_client::Result<()> {
+/// let client = redis::Client::open("redis://127.0.0.1:6390/").unwrap();
+/// let mut con = client.get_multiplexed_async_connection().await.unwrap();
+/// if let Some(lock) = con.try_acquire("nightly-export", Duration::from_secs(10)).await? {
+///     // A connection of its own, so renewals never queue behind other traffic.
+///     let renewals = client.get_multiplexed_async_connection().await.unwrap();
+///     let renewer = AsyncRenewer::start(renewals, &lock);
+///     tokio::select! {
+///         _ = renewer.signal().lost() => eprintln!("lost: stop writing"),
+///         _ = async { /* long work, fenced with lock.token() */ } => {}
+///     }
+///     renewer.stop();
+///     con.release(&lock).await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct AsyncRenewer {
     task: JoinHandle<()>,
-    rx: watch::Receiver<bool>,
-    key: String,
+    lock: Lock,
 }
 
-impl Renewal {
-    pub(crate) fn signal(&self) -> LockLost {
-        LockLost {
-            rx: self.rx.clone(),
-            key: self.key.clone(),
+impl AsyncRenewer {
+    /// Starts renewing `lock` on clones of `con`, every third of its TTL. Give it a
+    /// connection that nothing waits on (any connection of this crate's async API):
+    /// each renewal is bounded by the lease, so a stuck connection costs the lock,
+    /// never a late loss signal. Must be called inside a tokio runtime.
+    pub fn start<C>(con: C, lock: &Lock) -> AsyncRenewer
+    where
+        C: ConnectionLike + Clone + Send + Sync + 'static,
+    {
+        AsyncRenewer::spawn(Shared(con), lock)
+    }
+
+    pub(crate) fn spawn(path: impl RenewPath, lock: &Lock) -> AsyncRenewer {
+        let task = tokio::spawn(renew(path, lock.clone()));
+        AsyncRenewer {
+            task,
+            lock: lock.clone(),
         }
     }
 
-    /// Stops renewing; returns true if the lock was lost while renewing.
-    pub(crate) fn stop(self) -> bool {
+    /// The loss signal of the renewed lock.
+    pub fn signal(&self) -> LockLost {
+        self.lock.signal()
+    }
+
+    /// True once the lock is lost: a renewal found it gone, or the lease ran out.
+    pub fn is_lost(&self) -> bool {
+        self.lock.is_lost()
+    }
+
+    /// Stops renewing, at once; returns true if the lock was lost before.
+    pub fn stop(self) -> bool {
         self.task.abort();
-        let lost = *self.rx.borrow();
-        lost
+        self.lock.is_lost()
     }
 }
 
-impl Drop for Renewal {
+impl Drop for AsyncRenewer {
     fn drop(&mut self) {
         self.task.abort();
     }
 }
 
-/// Starts renewing `lock` on `con` in a tokio task.
-pub(crate) fn spawn<C>(mut con: C, lock: Lock) -> Renewal
-where
-    C: AsyncLockCommands + Sync + 'static,
-{
-    let (tx, rx) = watch::channel(false);
-    let key = lock.key.clone();
-    let task = tokio::spawn(async move {
-        let mut last_renewed = Instant::now();
-        loop {
-            tokio::time::sleep(period(lock.ttl)).await;
-            match con.extend(&lock, lock.ttl).await {
-                Ok(true) => last_renewed = Instant::now(),
-                // Gone, or unreachable for a whole TTL: as good as gone.
-                Ok(false) => break,
-                Err(_) if last_renewed.elapsed() >= lock.ttl => break,
-                Err(_) => {}
+async fn renew(mut path: impl RenewPath, lock: Lock) {
+    let mut next = lock.lease.last_sent() + period(lock.ttl());
+    loop {
+        tokio::time::sleep_until(next.min(lock.valid_until()).into()).await;
+        if lock.is_lost() {
+            return lapsed(&lock);
+        }
+        let ttl = lock.ttl();
+        match path.extend(&lock, ttl, attempt_limit(&lock)).await {
+            Ok(true) => next = lock.lease.last_sent() + period(ttl),
+            Ok(false) => return, // logged as lost by the extend
+            Err(error) => {
+                renewal_failed(&lock, &error);
+                next = Instant::now() + retry_delay(ttl);
             }
         }
-        let _ = tx.send(true);
-    });
-    Renewal { task, rx, key }
+    }
 }
 
-/// Renews a lock from a thread of its own, for the blocking API.
+fn renewal_failed(lock: &Lock, error: &Error) {
+    tracing::warn!(
+        key = %lock.key, owner = %lock.owner, token = lock.token,
+        remaining_ms = lock.remaining().as_millis() as u64, %error,
+        "lock renewal failed"
+    );
+}
+
+fn lapsed(lock: &Lock) {
+    if !lock.lease.ended() {
+        lock.lease.end();
+        tracing::warn!(
+            key = %lock.key, owner = %lock.owner, token = lock.token,
+            "lock lost: no renewal was acknowledged before the lease's deadline"
+        );
+    }
+}
+
+/// Renews a lock from a thread of its own, for blocking code and any lock or guard.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -113,7 +212,7 @@ where
 /// let client = redis::Client::open("redis://127.0.0.1:6390/").unwrap();
 /// let mut con = client.get_connection().unwrap();
 /// if let Some(lock) = con.try_acquire("nightly-export", Duration::from_secs(10))? {
-///     let renewer = Renewer::start(client.clone(), lock.clone());
+///     let renewer = Renewer::start(client.clone(), &lock);
 ///     while !renewer.is_lost() {
 ///         // … one step of long work, stamped with lock.token() …
 ///         # break;
@@ -123,66 +222,55 @@ where
 /// }
 /// # Ok(()) }
 /// ```
+#[derive(Debug)]
 pub struct Renewer {
-    lost: Arc<AtomicBool>,
-    stop: mpsc::Sender<()>,
-    thread: Option<thread::JoinHandle<()>>,
+    lock: Lock,
+    stop: Option<mpsc::Sender<()>>,
+    done: mpsc::Receiver<()>,
 }
 
 impl Renewer {
     /// Starts extending `lock` every third of its TTL, on a connection of its own
-    /// from `client`.
-    pub fn start(client: redis::Client, lock: Lock) -> Renewer {
-        let lost = Arc::new(AtomicBool::new(false));
+    /// from `client` (opened again after any failure), each attempt's connect, write
+    /// and read bounded by what is left of the lease.
+    pub fn start(client: redis::Client, lock: &Lock) -> Renewer {
         let (stop, stopped) = mpsc::channel::<()>();
-        let flag = Arc::clone(&lost);
-        let thread = thread::spawn(move || {
-            let mut last_renewed = Instant::now();
-            let mut con = None;
-            // `recv_timeout` sleeps one period, and returns early when stopped.
-            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(period(lock.ttl))
-            {
-                if con.is_none() {
-                    con = client.get_connection().ok();
-                }
-                let renewed = match con.as_mut() {
-                    Some(c) => c.extend(&lock, lock.ttl),
-                    None => Err(crate::Error::UnexpectedReply("no connection".into())),
-                };
-                match renewed {
-                    Ok(true) => last_renewed = Instant::now(),
-                    Ok(false) => break,
-                    Err(_) if last_renewed.elapsed() >= lock.ttl => break,
-                    Err(_) => con = None,
-                }
-            }
-            // Lost unless we were told to stop while still holding it.
-            if stopped.try_recv().is_err() {
-                flag.store(true, Ordering::SeqCst);
-            }
+        let (finished, done) = mpsc::channel::<()>();
+        let renewed = lock.clone();
+        thread::spawn(move || {
+            renew_blocking(&client, &renewed, &stopped);
+            let _ = finished.send(());
         });
         Renewer {
-            lost,
-            stop,
-            thread: Some(thread),
+            lock: lock.clone(),
+            stop: Some(stop),
+            done,
         }
     }
 
-    /// True once a renewal found the lock gone.
-    pub fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::SeqCst)
+    /// The loss signal of the renewed lock.
+    pub fn signal(&self) -> LockLost {
+        self.lock.signal()
     }
 
-    /// Stops renewing; returns true if the lock was lost before.
+    /// True once the lock is lost: a renewal found it gone, or the lease ran out
+    /// (whatever the renewal thread is doing then).
+    pub fn is_lost(&self) -> bool {
+        self.lock.is_lost()
+    }
+
+    /// Stops renewing; returns true if the lock was lost before. Waits for the
+    /// thread at most [`STOP_LIMIT`]: a renewal still under way then finishes on
+    /// its own, within its bound, and renews nothing after it.
     pub fn stop(mut self) -> bool {
         self.shut_down();
         self.is_lost()
     }
 
     fn shut_down(&mut self) {
-        let _ = self.stop.send(());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        if let Some(stop) = self.stop.take() {
+            drop(stop); // disconnects the channel: the thread's wait returns at once
+            let _ = self.done.recv_timeout(STOP_LIMIT);
         }
     }
 }
@@ -191,4 +279,51 @@ impl Drop for Renewer {
     fn drop(&mut self) {
         self.shut_down();
     }
+}
+
+fn renew_blocking(client: &redis::Client, lock: &Lock, stopped: &mpsc::Receiver<()>) {
+    let mut con: Option<redis::Connection> = None;
+    let mut next = lock.lease.last_sent() + period(lock.ttl());
+    loop {
+        let wake = next.min(lock.valid_until());
+        let pause = wake.saturating_duration_since(Instant::now());
+        if !matches!(
+            stopped.recv_timeout(pause),
+            Err(mpsc::RecvTimeoutError::Timeout)
+        ) {
+            return; // stopped
+        }
+        if lock.is_lost() {
+            return lapsed(lock);
+        }
+        let ttl = lock.ttl();
+        let limit = attempt_limit(lock);
+        let attempt = connected(client, &mut con, limit).and_then(|c| c.extend(lock, ttl));
+        match attempt {
+            Ok(true) => next = lock.lease.last_sent() + period(ttl),
+            Ok(false) => return,
+            Err(error) => {
+                con = None;
+                renewal_failed(lock, &error);
+                next = Instant::now() + retry_delay(ttl);
+            }
+        }
+    }
+}
+
+/// The renewal connection, opened if needed, with its timeouts set to `limit`.
+fn connected<'c>(
+    client: &redis::Client,
+    con: &'c mut Option<redis::Connection>,
+    limit: Duration,
+) -> Result<&'c mut redis::Connection> {
+    if con.is_none() {
+        *con = Some(client.get_connection_with_timeout(limit)?);
+    }
+    let Some(c) = con.as_mut() else {
+        return Err(Error::UnexpectedReply("no connection".into()));
+    };
+    c.set_read_timeout(Some(limit))?;
+    c.set_write_timeout(Some(limit))?;
+    Ok(c)
 }

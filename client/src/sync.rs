@@ -1,27 +1,32 @@
 //! The blocking API, on any [`redis::ConnectionLike`]: a plain connection, a pooled
-//! one, a cluster connection, or a [`redis::Client`] (a connection per command).
+//! one, a cluster connection, or a [`redis::Client`] (a connection per command, so a
+//! wait there has a connection of its own).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::ConnectionLike;
 
 use crate::error::{Error, Result};
-use crate::lock::{
-    extend_command, info_command, parse_info, release_command, wait_replicas_command, Lock,
-    LockInfo, Next, Request,
-};
+use crate::lease::margin;
+use crate::lock::{parse_info, Lock, LockInfo};
+use crate::request::{extend_command, info_command, release_command, Next, Request, Wait};
 
 /// The lock commands, for every blocking connection. Import the trait and call them
 /// on the connection, as with [`redis::Commands`].
 ///
+/// A blocking connection is used by one thread at a time, so a wait on it holds up
+/// only its caller. Its read timeout must be longer than the wait (a plain
+/// connection has none unless set); otherwise the acquire fails with
+/// [`Error::ResponseTimeout`] and withdraws the request.
+///
 /// ```no_run
 /// use std::time::Duration;
-/// use redis_lock_client::LockCommands;
+/// use redis_lock_client::{LockCommands, Wait};
 ///
 /// # fn main() -> redis_lock_client::Result<()> {
 /// let client = redis::Client::open("redis://127.0.0.1:6390/").unwrap();
 /// let mut con = client.get_connection().unwrap();
-/// if let Some(lock) = con.try_acquire("report:daily", Duration::from_secs(30))? {
+/// if let Some(lock) = con.acquire("report:daily", Duration::from_secs(30), Wait::For(Duration::from_secs(5)))? {
 ///     println!("holding {} with fencing token {}", lock.key(), lock.token());
 ///     con.release(&lock)?;
 /// }
@@ -33,34 +38,53 @@ pub trait LockCommands: ConnectionLike + Sized {
         self.acquire_with(Request::new(key, ttl))
     }
 
-    /// Takes the lock at `key`, waiting in the server (FIFO) up to `wait` for it to free
-    /// (`Duration::ZERO`: no limit); `None` if the wait ran out.
-    ///
-    /// The wait holds up the connection: Redis answers nothing else sent on it until
-    /// the wait ends. Wait on a connection of its own.
-    fn acquire(&mut self, key: &str, ttl: Duration, wait: Duration) -> Result<Option<Lock>> {
+    /// Takes the lock at `key`, waiting in the server's FIFO queue as `wait` says;
+    /// `None` if it is still busy when the wait ends.
+    fn acquire(&mut self, key: &str, ttl: Duration, wait: Wait) -> Result<Option<Lock>> {
         self.acquire_with(Request::new(key, ttl).wait(wait))
     }
 
     /// Acquires as `request` says. On a connection error the same request is sent
     /// again (same owner): the server then answers with the token the first try got,
-    /// if it got one.
+    /// if it got one. A request that cannot be answered is withdrawn (its fresh
+    /// owner released on the same connection, after it).
     fn acquire_with(&mut self, request: Request) -> Result<Option<Lock>> {
-        let command = request.command();
+        let command = request.command()?;
+        let pipeline = request.durable.map(|_| request.pipeline()).transpose()?;
         let mut attempt = 0;
         loop {
-            match command.query::<Option<i64>>(self) {
-                Ok(token) => {
-                    let granted = request.granted(token);
-                    let (Some(lock), Some(durable)) = (granted.clone(), request.durable) else {
-                        return Ok(granted);
-                    };
-                    let acked: i64 = wait_replicas_command(&durable).query(self)?;
-                    if acked >= i64::from(durable.replicas) {
-                        return Ok(Some(lock));
+            let sent = Instant::now();
+            let reply = match &pipeline {
+                Some(pipe) => pipe
+                    .query::<(Option<i64>, i64)>(self)
+                    .map(|(token, acked)| (token, Some(acked))),
+                None => command
+                    .query::<Option<i64>>(self)
+                    .map(|token| (token, None)),
+            };
+            match reply {
+                Ok((None, _)) => return Ok(None),
+                Ok((Some(token), acked)) => {
+                    let lock = request.granted(token, sent);
+                    if let (Some(durable), Some(acked)) = (request.durable, acked) {
+                        if acked < i64::from(durable.replicas) {
+                            let released = self.release(&lock).unwrap_or(false);
+                            return Err(Error::NotReplicated {
+                                key: request.key,
+                                wanted: durable.replicas,
+                                acked,
+                                released,
+                            });
+                        }
                     }
-                    self.release(&lock)?;
-                    return Ok(None);
+                    if sent.elapsed() > margin(lock.ttl()) {
+                        // Granted after a wait: the server counts the TTL from the
+                        // grant, the lease from the send. An extend brings the lease
+                        // up to date; if it fails, the shorter lease stays.
+                        let _ = self.extend(&lock, lock.ttl());
+                    }
+                    lock.acquired();
+                    return Ok(Some(lock));
                 }
                 Err(error) => match request.after_failure(error, attempt) {
                     Next::Retry(delay) => {
@@ -78,17 +102,22 @@ pub trait LockCommands: ConnectionLike + Sized {
         }
     }
 
-    /// Sets the remaining TTL of `lock` to `ttl`; `false` if it is no longer held by
-    /// this owner (it is then never re-created).
+    /// Sets the remaining TTL of `lock` to `ttl` and moves its lease; `false` if it
+    /// is no longer held by this owner (it is then never re-created, and the lock
+    /// reports itself lost).
     fn extend(&mut self, lock: &Lock, ttl: Duration) -> Result<bool> {
-        let extended: i64 = extend_command(lock, ttl).query(self)?;
-        Ok(extended == 1)
+        let command = extend_command(lock, ttl)?;
+        let sent = Instant::now();
+        let extended = command.query::<i64>(self)? == 1;
+        lock.extended(extended, sent, ttl);
+        Ok(extended)
     }
 
     /// Releases `lock`; `false` if it was no longer held by this owner.
     fn release(&mut self, lock: &Lock) -> Result<bool> {
-        let released: i64 = release_command(lock).query(self)?;
-        Ok(released == 1)
+        let released = release_command(lock).query::<i64>(self)? == 1;
+        lock.released(released);
+        Ok(released)
     }
 
     /// Who holds the lock at `key`, its TTL, token and waiters; `None` if it is free.
@@ -96,65 +125,110 @@ pub trait LockCommands: ConnectionLike + Sized {
         parse_info(info_command(key).query(self)?)
     }
 
-    /// Takes the lock at `key` (waiting up to `wait` if given) and returns a guard that
+    /// Takes the lock at `key` (waiting as `wait` says) and returns a guard that
     /// releases it when dropped.
     fn lock_guard(
         &mut self,
         key: &str,
         ttl: Duration,
-        wait: Option<Duration>,
+        wait: Wait,
     ) -> Result<Option<LockGuard<'_, Self>>> {
-        let mut request = Request::new(key, ttl);
-        if let Some(wait) = wait {
-            request = request.wait(wait);
-        }
-        Ok(self.acquire_with(request)?.map(|lock| LockGuard {
+        let lock = self.acquire_with(Request::new(key, ttl).wait(wait))?;
+        Ok(lock.map(|lock| LockGuard {
             con: self,
             lock,
             released: false,
         }))
     }
 
-    /// Runs `work` only if the lock at `key` is won, and always releases it
-    /// afterwards (also if `work` panics). `None` when the lock was busy.
+    /// Runs `work` only if the lock at `key` is free, and releases it afterwards (also
+    /// if `work` panics). `None` when the lock was busy.
     ///
-    /// `work` gets the lock (stamp its writes with [`Lock::token`]) and the connection.
+    /// `work` gets the lock (stamp its writes with [`Lock::token`], and stop once
+    /// [`Lock::is_lost`]) and the connection. The lock is not renewed: pick a TTL
+    /// longer than the work, or start a [`Renewer`](crate::Renewer).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redis_lock_client::LockCommands;
+    ///
+    /// # fn main() -> redis_lock_client::Result<()> {
+    /// let mut con = redis::Client::open("redis://127.0.0.1:6390/").unwrap().get_connection().unwrap();
+    /// if let Some(done) = con.run_locked("cleanup", Duration::from_secs(60), |lock, _con| lock.token())? {
+    ///     if done.released.is_err() {
+    ///         eprintln!("the work ran, but the lock stays until its TTL");
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     fn run_locked<T>(
         &mut self,
         key: &str,
         ttl: Duration,
         work: impl FnOnce(&Lock, &mut Self) -> T,
     ) -> Result<Option<Locked<T>>> {
-        let Some(guard) = self.lock_guard(key, ttl, None)? else {
+        let Some(guard) = self.lock_guard(key, ttl, Wait::No)? else {
             return Ok(None);
         };
         let value = work(&guard.lock, guard.con);
-        let held_to_end = guard.release()?;
-        Ok(Some(Locked { value, held_to_end }))
+        let held = !guard.lock.is_lost();
+        let released = guard.release();
+        Ok(Some(Locked::new(value, held, released)))
     }
 }
 
 impl<C: ConnectionLike> LockCommands for C {}
 
-/// What [`LockCommands::run_locked`] (and its async twin) report after the work.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What `run_locked` (blocking and async) reports after the work ran: its result,
+/// whether the lock held to the end, and how the release went. The work's result is
+/// there whatever happened to the lock, so an exactly-once job knows it ran.
+///
+/// ```
+/// # fn report(done: redis_lock_client::Locked<u32>) {
+/// if !done.held_to_end {
+///     eprintln!("the lock was lost mid-way: writes were fenced off");
+/// }
+/// match done.released {
+///     Ok(_) => {}
+///     Err(error) => eprintln!("release failed, the lock lapses with its TTL: {error}"),
+/// }
+/// println!("result {}", done.value);
+/// # }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
 pub struct Locked<T> {
     /// What the work returned.
     pub value: T,
-    /// True if the lock was still held by this owner when the work ended; false if it
-    /// expired or was deleted under it (its writes must have been fenced off).
+    /// True if the lease was still valid when the work ended and the release did not
+    /// find the lock gone; false if it was lost under the work (its writes must have
+    /// been fenced off).
     pub held_to_end: bool,
+    /// The release's answer: `Ok(true)` released, `Ok(false)` it was already gone,
+    /// `Err` it could not be sent or answered (the lock then lapses with its TTL).
+    pub released: Result<bool>,
+}
+
+impl<T> Locked<T> {
+    pub(crate) fn new(value: T, held: bool, released: Result<bool>) -> Locked<T> {
+        let held_to_end = held && !matches!(released, Ok(false));
+        Locked {
+            value,
+            held_to_end,
+            released,
+        }
+    }
 }
 
 /// A held lock that is released when the guard is dropped.
 ///
 /// ```no_run
 /// # use std::time::Duration;
-/// use redis_lock_client::LockCommands;
+/// use redis_lock_client::{LockCommands, Wait};
 /// # fn main() -> redis_lock_client::Result<()> {
 /// # let client = redis::Client::open("redis://127.0.0.1:6390/").unwrap();
 /// # let mut con = client.get_connection().unwrap();
-/// if let Some(guard) = con.lock_guard("cleanup", Duration::from_secs(10), None)? {
+/// if let Some(guard) = con.lock_guard("cleanup", Duration::from_secs(10), Wait::No)? {
 ///     println!("token {}", guard.lock().token());
 /// } // released here
 /// # Ok(()) }
@@ -183,7 +257,6 @@ impl<C: ConnectionLike> LockGuard<'_, C> {
                 key: self.lock.key.clone(),
             });
         }
-        self.lock.ttl = ttl;
         Ok(())
     }
 

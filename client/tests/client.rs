@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::{lock_stat, Config, Server};
 use redis::AsyncConnectionConfig;
 use redis_lock_client::{
-    AsyncClientLockExt, AsyncLockCommands, Error, LockCommands, Renewer, Request,
+    AsyncLockCommands, Error, LockClient, LockCommands, Renewer, Request, Wait,
 };
 
 const TTL: Duration = Duration::from_secs(30);
@@ -39,7 +39,11 @@ fn sync_acquire_extend_info_release() {
     assert_eq!(con.try_acquire("job", TTL).unwrap(), None, "a second owner");
 
     let info = con.lock_info("job").unwrap().unwrap();
-    assert_eq!(info.owner, lock.owner().as_bytes());
+    assert_eq!(
+        info.owner,
+        lock.owner(),
+        "an owner compares with Lock::owner"
+    );
     assert_eq!(info.token, lock.token());
     assert!(info.ttl.unwrap() <= TTL);
 
@@ -66,12 +70,14 @@ fn sync_acquire_waits_in_the_server() {
     let mut other = server.connection();
     let started = Instant::now();
     let lock = other
-        .acquire("job", TTL, Duration::from_secs(5))
+        .acquire("job", TTL, Wait::For(Duration::from_secs(5)))
         .unwrap()
         .expect("granted when the first lock expired");
     assert!(started.elapsed() >= Duration::from_millis(250));
     assert!(lock.token() > held.token());
-    let none = con.acquire("job", TTL, Duration::from_millis(100)).unwrap();
+    let none = con
+        .acquire("job", TTL, Wait::For(Duration::from_millis(100)))
+        .unwrap();
     assert_eq!(none, None, "the wait ran out");
 }
 
@@ -80,13 +86,13 @@ fn a_guard_releases_when_dropped() {
     let server = Server::start();
     let mut con = server.connection();
     {
-        let guard = con.lock_guard("job", TTL, None).unwrap().expect("free");
+        let guard = con.lock_guard("job", TTL, Wait::No).unwrap().expect("free");
         assert!(guard.lock().token() > 0);
         let mut other = server.connection();
         assert_eq!(other.try_acquire("job", TTL).unwrap(), None);
     }
     assert_eq!(con.lock_info("job").unwrap(), None, "released on drop");
-    let mut guard = con.lock_guard("job", TTL, None).unwrap().unwrap();
+    let mut guard = con.lock_guard("job", TTL, Wait::No).unwrap().unwrap();
     guard.extend(Duration::from_secs(60)).unwrap();
     let _: i64 = redis::cmd("DEL")
         .arg("job")
@@ -116,6 +122,7 @@ fn run_locked_runs_only_when_won_and_always_releases() {
         .unwrap()
         .expect("won");
     assert!(done.held_to_end);
+    assert!(matches!(done.released, Ok(true)));
     let stored: i64 = redis::cmd("GET").arg("result").query(&mut con).unwrap();
     assert_eq!(stored, done.value);
     assert_eq!(con.lock_info("job").unwrap(), None);
@@ -125,7 +132,7 @@ fn run_locked_runs_only_when_won_and_always_releases() {
     let ran = con
         .run_locked("job", TTL, |_, _| unreachable!("busy"))
         .unwrap();
-    assert_eq!(ran, None);
+    assert!(ran.is_none());
     other.release(&held).unwrap();
 
     // Lost under the work: the release then finds someone else's lock.
@@ -136,6 +143,7 @@ fn run_locked_runs_only_when_won_and_always_releases() {
         .unwrap()
         .unwrap();
     assert!(!lost.held_to_end);
+    assert!(matches!(lost.released, Ok(false)));
 }
 
 #[test]
@@ -206,7 +214,7 @@ fn an_acquire_whose_reply_was_lost_is_retried_and_learns_its_token() {
     let mut con = server.connection();
     let info = con.lock_info("job").unwrap().unwrap();
     assert_eq!(info.token, lock.token());
-    assert_eq!(info.owner, lock.owner().as_bytes());
+    assert_eq!(info.owner, lock.owner());
     assert_eq!(lock_stat(&mut con, "acquisitions"), 1, "one grant");
     assert_eq!(
         lock_stat(&mut con, "refreshes"),
@@ -222,6 +230,16 @@ fn a_server_without_the_module_is_a_clear_error() {
     let error = con.try_acquire("job", TTL).unwrap_err();
     assert!(matches!(error, Error::ModuleNotLoaded(_)), "{error:?}");
     assert!(error.to_string().contains("loadmodule"));
+    // Also inside a durable acquire's pipeline, and on the async paths.
+    let durable = Request::new("job", TTL).durable(1, Duration::from_millis(10));
+    let error = con.acquire_with(durable.clone()).unwrap_err();
+    assert!(matches!(error, Error::ModuleNotLoaded(_)), "{error:?}");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let locks = LockClient::new(server.client());
+    for request in [Request::new("job", TTL), durable] {
+        let error = runtime.block_on(locks.acquire_with(request)).unwrap_err();
+        assert!(matches!(error, Error::ModuleNotLoaded(_)), "{error:?}");
+    }
 }
 
 #[test]
@@ -234,9 +252,16 @@ fn server_errors_are_typed() {
         .query(&mut con)
         .unwrap();
     let error = con.try_acquire("text", TTL).unwrap_err();
+    assert!(matches!(&error, Error::WrongType(_)), "{error:?}");
+    let durable = Request::new("text", TTL).durable(1, Duration::from_millis(10));
+    let error = con.acquire_with(durable).unwrap_err();
+    assert!(matches!(&error, Error::WrongType(_)), "{error:?}");
+    let unknown = redis::cmd("NO.SUCH.COMMAND")
+        .query::<()>(&mut con)
+        .unwrap_err();
     assert!(
-        matches!(&error, Error::Server(e) if e.code() == Some("WRONGTYPE")),
-        "{error:?}"
+        matches!(Error::from(unknown), Error::Server(_)),
+        "an unknown command that is not ours does not blame the module"
     );
 }
 
@@ -248,7 +273,7 @@ fn a_thread_renewer_keeps_a_lock_past_its_ttl_and_reports_loss() {
         .try_acquire("job", Duration::from_millis(300))
         .unwrap()
         .unwrap();
-    let renewer = Renewer::start(server.client(), lock.clone());
+    let renewer = Renewer::start(server.client(), &lock);
     thread::sleep(Duration::from_millis(1_000));
     assert!(!renewer.is_lost());
     assert_eq!(con.lock_info("job").unwrap().unwrap().token, lock.token());
@@ -267,26 +292,32 @@ async fn async_acquire_wait_extend_release() {
         .unwrap()
         .unwrap();
     assert!(con.extend(&lock, Duration::from_millis(400)).await.unwrap());
-    let mut other = async_con(&server).await;
-    let waited = other
-        .acquire("job", TTL, Duration::from_secs(5))
+    let locks = LockClient::new(server.client());
+    let waited = locks
+        .acquire("job", TTL, Wait::For(Duration::from_secs(5)))
         .await
         .unwrap()
         .expect("granted at expiry");
     assert!(waited.token() > lock.token());
     assert!(!con.release(&lock).await.unwrap());
+    assert!(lock.is_lost(), "a lock whose release found it gone is lost");
     let info = con.lock_info("job").await.unwrap().unwrap();
-    assert_eq!(info.owner, waited.owner().as_bytes());
-    assert!(other.release(&waited).await.unwrap());
+    assert_eq!(info.owner, waited.owner());
+    assert!(locks.release(&waited).await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_async_guard_releases_in_the_background_when_dropped() {
     let server = Server::start();
     let mut con = async_con(&server).await;
-    let guard = con.lock_guard("job", TTL, None).await.unwrap().unwrap();
+    let guard = con
+        .lock_guard(Request::new("job", TTL))
+        .await
+        .unwrap()
+        .unwrap();
     let token = guard.lock().token();
-    assert_eq!(con.lock_info("job").await.unwrap().unwrap().token, token);
+    let info = con.lock_info("job").await.unwrap().unwrap();
+    assert_eq!(info.token, token);
     drop(guard);
     let deadline = Instant::now() + Duration::from_secs(2);
     while con.lock_info("job").await.unwrap().is_some() {
@@ -310,6 +341,7 @@ async fn run_locked_renews_past_the_first_ttl() {
         .expect("won");
     assert!(done.held_to_end, "renewal kept it for three TTLs");
     assert!(!done.value.1);
+    assert!(matches!(done.released, Ok(true)));
     assert_eq!(
         observer.lock_info("job").await.unwrap(),
         None,
@@ -327,7 +359,7 @@ async fn the_loss_signal_fires_when_the_key_is_deleted_under_the_work() {
         .run_locked(
             "job",
             Duration::from_millis(300),
-            |_lock, mut lost| async move {
+            |_lock, lost| async move {
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(150)).await;
                     let _: i64 = redis::cmd("DEL")
@@ -370,55 +402,6 @@ async fn a_connection_manager_survives_a_server_restart() {
     assert!(con.release(&second).await.unwrap());
 }
 
-#[test]
-fn a_durable_acquire_waits_for_replicas_and_gives_up_without_them() {
-    let master = Server::start();
-    let replica = Server::start();
-    replica.replicate_from(&master);
-    let mut con = master.connection();
-    let lock = con
-        .acquire_with(Request::new("job", TTL).durable(1, Duration::from_secs(5)))
-        .unwrap()
-        .expect("one replica acknowledged");
-    let mut on_replica = replica.connection();
-    assert_eq!(
-        on_replica.lock_info("job").unwrap().unwrap().token,
-        lock.token()
-    );
-    con.release(&lock).unwrap();
-
-    let started = Instant::now();
-    let refused = con
-        .acquire_with(Request::new("job", TTL).durable(2, Duration::from_millis(200)))
-        .unwrap();
-    assert_eq!(refused, None, "only one replica exists");
-    assert!(started.elapsed() >= Duration::from_millis(190));
-    assert_eq!(
-        con.lock_info("job").unwrap(),
-        None,
-        "the unacknowledged grant was released"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_async_durable_acquire_waits_for_replicas() {
-    let master = Server::start();
-    let replica = Server::start();
-    replica.replicate_from(&master);
-    let mut con = async_con(&master).await;
-    let lock = con
-        .acquire_with(Request::new("job", TTL).durable(1, Duration::from_secs(5)))
-        .await
-        .unwrap();
-    assert!(lock.is_some());
-    let refused = con
-        .acquire_with(Request::new("other", TTL).durable(3, Duration::from_millis(100)))
-        .await
-        .unwrap();
-    assert_eq!(refused, None);
-    assert_eq!(con.lock_info("other").await.unwrap(), None);
-}
-
 /// What a ghost waiter's thread yields: its result, and its connection, kept open
 /// so that only the withdrawal (not a disconnect) can take it out of the queue.
 type Ghost = (
@@ -447,13 +430,16 @@ fn a_wait_longer_than_the_response_timeout(
     let ghost = ghost(&server);
     waiting(&mut holder, 1);
     let mut patient = server.connection();
-    let patient = thread::spawn(move || patient.acquire("job", TTL, Duration::from_secs(20)));
+    let patient =
+        thread::spawn(move || patient.acquire("job", TTL, Wait::For(Duration::from_secs(20))));
     waiting(&mut holder, 2);
     let (failed, _connection) = ghost.join().unwrap();
     assert!(
         matches!(failed, Err(Error::ResponseTimeout(_))),
         "{failed:?}"
     );
+    let message = failed.unwrap_err().to_string();
+    assert!(message.contains("read timeout") && !message.contains("AsyncConnectionConfig"));
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "failed after {:?}",
@@ -466,10 +452,8 @@ fn a_wait_longer_than_the_response_timeout(
         .unwrap()
         .expect("the patient waiter got it");
     let info = holder.lock_info("job").unwrap().unwrap();
-    assert_eq!(
-        (info.owner, info.waiters),
-        (lock.owner().as_bytes().to_vec(), 0)
-    );
+    assert_eq!(info.owner, lock.owner());
+    assert_eq!(info.waiters, 0);
     assert_eq!(
         lock_stat(&mut holder, "hand_offs"),
         2,
@@ -484,30 +468,8 @@ fn a_sync_wait_past_the_read_timeout_fails_clearly_and_is_withdrawn() {
         con.set_read_timeout(Some(Duration::from_millis(300)))
             .unwrap();
         thread::spawn(move || {
-            let result = con.acquire("job", TTL, Duration::from_secs(20));
+            let result = con.acquire("job", TTL, Wait::For(Duration::from_secs(20)));
             (result, Box::new(con) as Box<dyn std::any::Any + Send>)
-        })
-    });
-}
-
-#[test]
-fn an_async_wait_past_the_response_timeout_fails_clearly_and_is_withdrawn() {
-    a_wait_longer_than_the_response_timeout(|server| {
-        let client = server.client();
-        thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let (result, con) = runtime.block_on(async {
-                // redis-rs's default: replies time out after 500 ms.
-                let mut con = client.get_multiplexed_async_connection().await.unwrap();
-                (con.acquire("job", TTL, Duration::from_secs(20)).await, con)
-            });
-            (
-                result,
-                Box::new((runtime, con)) as Box<dyn std::any::Any + Send>,
-            )
         })
     });
 }
@@ -526,11 +488,14 @@ async fn a_wait_on_its_own_connection_outlasts_the_default_timeout_and_cancels_c
                 .map_or(0, |info| info.waiters)
         }
     };
-    let wait = || Request::new("job", TTL).wait(Duration::from_secs(20));
+    let locks = LockClient::new(server.client());
+    let wait = Wait::For(Duration::from_secs(20));
 
     // Cancelled while queued: its connection closes and the server forgets it.
-    let client = server.client();
-    let cancelled = tokio::spawn(async move { client.acquire_on_own_connection(wait()).await });
+    let cancelled = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.acquire("job", TTL, wait).await }
+    });
     while waiters(&mut con).await != 1 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -545,8 +510,10 @@ async fn a_wait_on_its_own_connection_outlasts_the_default_timeout_and_cancels_c
     }
 
     // Not cancelled: it waits past redis-rs's 500 ms default, until the release.
-    let client = server.client();
-    let patient = tokio::spawn(async move { client.acquire_on_own_connection(wait()).await });
+    let patient = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.acquire("job", TTL, wait).await }
+    });
     while waiters(&mut con).await != 1 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -555,9 +522,7 @@ async fn a_wait_on_its_own_connection_outlasts_the_default_timeout_and_cancels_c
     let lock = patient.await.unwrap().unwrap().expect("granted on release");
     assert!(lock.token() > held.token());
     let info = con.lock_info("job").await.unwrap().unwrap();
-    assert_eq!(
-        (info.owner, info.waiters),
-        (lock.owner().as_bytes().to_vec(), 0)
-    );
+    assert_eq!(info.owner, lock.owner());
+    assert_eq!(info.waiters, 0);
     assert_eq!(lock_stat(&mut server.connection(), "hand_offs"), 1);
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::{query, Cluster};
 use redis::cluster::ClusterClient;
 use redis::Value;
-use redis_lock_client::{AsyncLockCommands, LockCommands};
+use redis_lock_client::{AsyncLockCommands, LockCommands, Wait};
 
 const TTL: Duration = Duration::from_secs(60);
 
@@ -181,7 +181,7 @@ fn resharding_a_slot_carries_held_locks_with_owner_ttl_and_token() {
     assert_eq!(cluster.owner_of(key), to);
 
     let info = target.lock_info(key).unwrap().expect("the lock moved");
-    assert_eq!((info.owner.as_slice(), info.token), (&b"owner-1"[..], high));
+    assert_eq!((info.owner.as_bytes(), info.token), (&b"owner-1"[..], high));
     let moved_at: i64 = query(&mut target, &["PEXPIRETIME", key]).unwrap();
     // MIGRATE carries the TTL as time left, so the expiry may move by the transfer.
     assert!((moved_at - at).abs() < 100, "expiry {moved_at}, was {at}");
@@ -244,7 +244,7 @@ fn waiters_of_a_lock_migrated_away_are_sent_after_it_not_granted_it() {
     assert_eq!(left, 0, "a lock was created again on the source");
     let _: () = query(&mut target, &["ASKING"]).unwrap();
     let info = target.lock_info(key).unwrap().expect("the lock moved");
-    assert_eq!((info.owner.as_slice(), info.token), (&b"owner-1"[..], held));
+    assert_eq!((info.owner.as_bytes(), info.token), (&b"owner-1"[..], held));
 
     // Once the slot has moved, the waiter queues on the target behind the holder,
     // and gets the lock when the holder releases it there.
@@ -275,7 +275,7 @@ fn a_cluster_client_waiting_through_a_migration_follows_the_lock() {
         .unwrap();
     let waiter = std::thread::spawn(move || {
         waiting
-            .acquire("job:follow", TTL, Duration::ZERO)
+            .acquire("job:follow", TTL, Wait::Forever)
             .map(|lock| lock.map(|lock| lock.token()))
     });
     wait_for_one_waiter(&mut source, key, false);

@@ -4,8 +4,9 @@ use redis_lock_testkit as common;
 
 use std::time::{Duration, Instant};
 
+use common::Config;
 use common::Server;
-use redis_lock_client::{LockCommands, Redlock, Retry};
+use redis_lock_client::{Error, LockCommands, Redlock, Retry};
 
 const TTL: Duration = Duration::from_secs(60);
 
@@ -31,7 +32,7 @@ fn holders(servers: &[Server], key: &str, owner: &str) -> usize {
             let mut con = s.connection();
             con.lock_info(key)
                 .unwrap()
-                .is_some_and(|info| info.owner == owner.as_bytes())
+                .is_some_and(|info| info.owner == owner)
         })
         .count()
 }
@@ -69,10 +70,10 @@ fn five_servers_grant_with_two_down_and_not_with_three() {
 
     five[2].kill();
     let mut third = manager(&five);
-    assert_eq!(
-        third.acquire("job", TTL).unwrap(),
-        None,
-        "2 of 5 is not a majority"
+    let error = third.acquire("job", TTL).unwrap_err();
+    assert!(
+        matches!(&error, Error::NoQuorum { granted: 2, needed: 3, errors, .. } if errors.len() == 3),
+        "2 of 5 is not a majority, and the 3 down servers are the cause: {error}"
     );
     let mut con = five[0].connection();
     assert_eq!(
@@ -100,10 +101,10 @@ fn three_servers_grant_with_one_slow_and_not_with_two() {
     assert!(lock.validity() < TTL);
     three[1].pause();
     let mut other = manager(&three).server_timeout(slow_timeout());
-    assert_eq!(
-        other.acquire("other", TTL).unwrap(),
-        None,
-        "1 of 3 answered"
+    let error = other.acquire("other", TTL).unwrap_err();
+    assert!(
+        matches!(&error, Error::NoQuorum { granted: 1, .. }),
+        "1 of 3 answered: {error}"
     );
     three[1].resume();
     three[2].resume();
@@ -135,4 +136,65 @@ fn extend_keeps_a_majority_and_notices_its_loss() {
         !redlock.extend(&mut lock, TTL),
         "only one server still holds it"
     );
+}
+
+#[test]
+fn servers_are_asked_in_parallel() {
+    let five = servers(5);
+    five[3].pause();
+    five[4].pause();
+    let timeout = Duration::from_millis(if common::slow_server() { 2_000 } else { 400 });
+    let mut redlock = manager(&five).server_timeout(timeout);
+    let started = Instant::now();
+    let lock = redlock.try_acquire("job", TTL).unwrap().expect("3 of 5");
+    let took = started.elapsed();
+    // A stopped server costs up to two timeouts (the connect's handshake, then the
+    // command); one after another, the two would cost four.
+    assert!(took < timeout * 3, "{took:?} for a {timeout:?} timeout");
+    five[3].resume();
+    five[4].resume();
+    assert!(redlock.release(&lock) >= 3);
+}
+
+#[test]
+fn real_errors_are_surfaced_per_server_not_reported_as_busy() {
+    let plain: Vec<Server> = (0..3)
+        .map(|_| Server::with(Config::default().without_module()))
+        .collect();
+    let error = manager(&plain).try_acquire("job", TTL).unwrap_err();
+    let Error::NoQuorum {
+        errors, granted, ..
+    } = &error
+    else {
+        panic!("{error:?}");
+    };
+    assert_eq!((*granted, errors.len()), (0, 3));
+    for (server, cause) in errors {
+        assert!(server.contains("127.0.0.1"), "{server}");
+        assert!(matches!(cause, Error::ModuleNotLoaded(_)), "{cause:?}");
+    }
+    assert!(
+        error.to_string().contains("module is not loaded"),
+        "{error}"
+    );
+
+    let three = servers(3);
+    for server in &three {
+        let _: () = redis::cmd("SET")
+            .arg("text")
+            .arg("v")
+            .query(&mut server.connection())
+            .unwrap();
+    }
+    let error = manager(&three).try_acquire("text", TTL).unwrap_err();
+    assert!(
+        matches!(&error, Error::NoQuorum { errors, .. } if errors.iter().all(|(_, e)| matches!(e, Error::WrongType(_)))),
+        "{error:?}"
+    );
+
+    // Busy is busy: every server answered, someone else holds it.
+    let mut first = manager(&three);
+    let held = first.try_acquire("job", TTL).unwrap().unwrap();
+    assert_eq!(manager(&three).try_acquire("job", TTL).unwrap(), None);
+    first.release(&held);
 }

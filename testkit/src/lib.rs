@@ -8,6 +8,8 @@
 //! `REDIS_SERVER` picks another server binary (a Redis 7.2, 8.x or Valkey build);
 //! `REDIS_LOCK_MODULE` another module file.
 
+pub mod proxy;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Once;

@@ -1,0 +1,134 @@
+//! The command line, as clap reads it.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use redis_lock_client::{Sentinel, Wait};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "redis-lock",
+    version,
+    about = "Run a command under a Redis lock (the redis-lock module), renewed while it runs",
+    after_help = "Exit statuses of `run`: the command's own (128+N if signal N killed it); \
+                  75 the lock is busy; 76 the lock was lost while the command ran; \
+                  64 bad arguments; 65 the key holds another type; 69 no server; \
+                  70 other server errors; 78 the server lacks the module; \
+                  126/127 the command cannot be run."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub connection: Connection,
+    /// No event lines on stderr (errors are still printed).
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug)]
+pub struct Connection {
+    /// The server, as a redis:// or rediss:// (TLS) URL; the seed node with --cluster.
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1:6379/",
+        global = true
+    )]
+    pub url: String,
+    /// Sentinels to ask for the master: HOST:PORT[,HOST:PORT…] (with --master).
+    #[arg(long, value_delimiter = ',', global = true, requires = "master")]
+    pub sentinel: Vec<String>,
+    /// The master's name, as the sentinels know it.
+    #[arg(long, global = true, requires = "sentinel")]
+    pub master: Option<String>,
+    /// The server is a node of a Redis Cluster.
+    #[arg(long, global = true, conflicts_with = "sentinel")]
+    pub cluster: bool,
+}
+
+/// Where the locks live.
+pub enum Target {
+    Url(redis::Client),
+    Sentinel(Sentinel),
+    Cluster(redis::cluster::ClusterClient),
+}
+
+impl Connection {
+    pub fn target(&self) -> Result<Target, String> {
+        if let Some(master) = &self.master {
+            let sentinels = self.sentinel.iter().map(|addr| format!("redis://{addr}/"));
+            return Sentinel::new(sentinels, master.as_str())
+                .map(Target::Sentinel)
+                .map_err(|e| format!("bad --sentinel: {e}"));
+        }
+        if self.cluster {
+            return redis::cluster::ClusterClient::new(vec![self.url.as_str()])
+                .map(Target::Cluster)
+                .map_err(|e| format!("bad --url {:?}: {e}", self.url));
+        }
+        redis::Client::open(self.url.as_str())
+            .map(Target::Url)
+            .map_err(|e| format!("bad --url {:?}: {e}", self.url))
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Take the lock at KEY, run COMMAND while holding it, release it when COMMAND exits.
+    Run(RunArgs),
+    /// Show who holds the lock at KEY, with TTLs, tokens and waiters.
+    Info {
+        key: String,
+        /// As one JSON object, for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// End OWNER's holding of the lock at KEY (the administrator's force-release is DEL).
+    Release {
+        key: String,
+        /// The owner id the holding was taken with (`run --owner`).
+        #[arg(long)]
+        owner: String,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The holding's TTL, renewed every third of it while COMMAND runs.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub ttl: Duration,
+    /// Wait in the server's queue up to this long when the lock is busy ("forever":
+    /// no limit). Without it, a busy lock exits at once.
+    #[arg(long, value_parser = wait)]
+    pub wait: Option<Wait>,
+    /// Exit status when the lock is busy.
+    #[arg(long, default_value_t = 75)]
+    pub busy_exit: u8,
+    /// Exit status when the lock is lost while COMMAND runs.
+    #[arg(long, default_value_t = 76)]
+    pub lost_exit: u8,
+    /// After a loss, how long COMMAND has between SIGTERM and SIGKILL.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub kill_after: Duration,
+    /// The owner id to hold the lock as (default: a fresh UUID).
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// The lock's key.
+    pub key: String,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{text:?} is not a duration ({e}); e.g. 30s, 2m, 1h30m"))
+}
+
+fn wait(text: &str) -> Result<Wait, String> {
+    if text == "forever" {
+        return Ok(Wait::Forever);
+    }
+    duration(text).map(Wait::For)
+}

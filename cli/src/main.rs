@@ -1,0 +1,79 @@
+//! `redis-lock`: run any command under a Redis lock, from cron, systemd or a
+//! Kubernetes CronJob, in any language, without code.
+//!
+//! ```text
+//! redis-lock run --ttl 2m report:daily -- /usr/local/bin/build-report
+//! redis-lock info report:daily --json
+//! redis-lock release report:daily --owner worker-7
+//! ```
+
+mod args;
+mod events;
+mod exit;
+mod info;
+mod run;
+
+use clap::Parser;
+use redis_lock_client::{Connector, LockClient, Sentinel};
+
+use args::{Cli, Command, Target};
+use events::Events;
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) if error.use_stderr() => {
+            // A one-line cause, as for every other error, then clap's usage hint.
+            let text = error.to_string();
+            let first = text.lines().next().unwrap_or("bad arguments");
+            eprintln!("redis-lock: {}", first.trim_start_matches("error: "));
+            eprintln!("redis-lock: see `redis-lock --help`");
+            std::process::exit(exit::USAGE);
+        }
+        Err(help_or_version) => {
+            let _ = help_or_version.print();
+            std::process::exit(0);
+        }
+    };
+    let events = Events::new(cli.quiet);
+    events.install_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("redis-lock: cannot start: {error}");
+            std::process::exit(exit::SOFTWARE);
+        }
+    };
+    let code = runtime.block_on(dispatch(cli, events));
+    std::process::exit(code);
+}
+
+/// Opens the connector the options name and runs the subcommand on it.
+async fn dispatch(cli: Cli, events: Events) -> i32 {
+    let target = match cli.connection.target() {
+        Ok(target) => target,
+        Err(message) => {
+            eprintln!("redis-lock: {message}");
+            return exit::USAGE;
+        }
+    };
+    match target {
+        Target::Url(client) => on(LockClient::new(client), cli.command, events).await,
+        Target::Sentinel(sentinel) => {
+            on(LockClient::<Sentinel>::new(sentinel), cli.command, events).await
+        }
+        Target::Cluster(cluster) => on(LockClient::new(cluster), cli.command, events).await,
+    }
+}
+
+async fn on<K: Connector>(locks: LockClient<K>, command: Command, events: Events) -> i32 {
+    match command {
+        Command::Run(args) => run::run(locks, args, events).await,
+        Command::Info { key, json } => info::info(locks, &key, json).await,
+        Command::Release { key, owner } => info::release(locks, &key, &owner, &events).await,
+    }
+}

@@ -1,0 +1,512 @@
+//! The `redis-lock` binary against real servers: exclusion, waiting, renewal, loss
+//! (deleted key, black-holed path), signals, exit statuses, the child's environment,
+//! errors, `info` and `release`.
+
+use redis_lock_testkit as common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::proxy::Proxy;
+use common::{Config, Server};
+
+/// The binary, with `--url` pointing at `url` and no REDIS_URL from outside.
+fn redis_lock(url: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_redis-lock"));
+    command.env_remove("REDIS_URL").args(["--url", url]);
+    command
+}
+
+/// `redis-lock run [options] KEY -- sh -c SCRIPT`, spawned.
+fn run(url: &str, options: &[&str], key: &str, script: &str) -> Child {
+    redis_lock(url)
+        .arg("run")
+        .args(options)
+        .args([key, "--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("redis-lock")
+}
+
+fn finish(child: Child) -> Output {
+    child.wait_with_output().expect("redis-lock's output")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// Wall-clock nanoseconds, comparable with the children's `date +%s%N`.
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+fn held(server: &Server, key: &str) -> bool {
+    server.connection().lock_info(key).unwrap().is_some()
+}
+
+use redis_lock_client::LockCommands;
+
+#[test]
+fn two_runs_of_one_key_never_overlap_and_the_second_skips_or_waits() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let script = format!(
+        "echo start $(date +%s%N) >> {log}; sleep 0.6; echo end $(date +%s%N) >> {log}",
+        log = log.display()
+    );
+    let first = run(&server.url(), &[], "job", &script);
+    common::wait_until(Duration::from_secs(5), || held(&server, "job"));
+    let busy = finish(run(&server.url(), &[], "job", &script));
+    assert_eq!(busy.status.code(), Some(75), "{}", stderr(&busy));
+    assert!(
+        stderr(&busy).contains("job is busy: held by"),
+        "{}",
+        stderr(&busy)
+    );
+    let custom = finish(run(&server.url(), &["--busy-exit", "0"], "job", &script));
+    assert_eq!(custom.status.code(), Some(0));
+
+    let second = run(&server.url(), &["--wait", "20s"], "job", &script);
+    assert!(finish(first).status.success());
+    let second = finish(second);
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert!(
+        stderr(&second).contains("waiting for job"),
+        "{}",
+        stderr(&second)
+    );
+    let lines: Vec<(String, u128)> = read(&log)
+        .lines()
+        .map(|l| {
+            let (what, at) = l.split_once(' ').unwrap();
+            (what.to_string(), at.parse().unwrap())
+        })
+        .collect();
+    let order: Vec<&str> = lines.iter().map(|(w, _)| w.as_str()).collect();
+    assert_eq!(
+        order,
+        ["start", "end", "start", "end"],
+        "only two ran, one after the other"
+    );
+    assert!(lines[1].1 <= lines[2].1, "no overlap");
+    assert!(!held(&server, "job"), "released");
+}
+
+#[test]
+fn a_child_running_past_several_ttls_keeps_the_lock() {
+    let server = Server::start();
+    let child = run(&server.url(), &["--ttl", "300ms"], "job", "sleep 1.2");
+    thread::sleep(Duration::from_millis(900));
+    let info = server
+        .connection()
+        .lock_info("job")
+        .unwrap()
+        .expect("still held after 3 TTLs");
+    let output = finish(child);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let events = stderr(&output);
+    assert!(
+        events.contains(&format!("acquired job with token {}", info.token)),
+        "{events}"
+    );
+    assert!(events.contains("released job"), "{events}");
+    assert!(!held(&server, "job"));
+}
+
+#[test]
+fn a_deleted_lock_stops_the_child_and_exits_76() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let term = dir.path().join("term");
+    let script = format!(
+        "trap 'date +%s%N > {}; exit 0' TERM; while :; do sleep 0.02; done",
+        term.display()
+    );
+    let child = run(&server.url(), &["--ttl", "600ms"], "job", &script);
+    common::wait_until(Duration::from_secs(5), || held(&server, "job"));
+    thread::sleep(Duration::from_millis(100));
+    let deleted = now_ns();
+    let _: i64 = redis::cmd("DEL")
+        .arg("job")
+        .query(&mut server.connection())
+        .unwrap();
+    let output = finish(child);
+    assert_eq!(output.status.code(), Some(76), "{}", stderr(&output));
+    let got_term: u128 = read(&term).trim().parse().expect("the child got SIGTERM");
+    let after = Duration::from_nanos((got_term - deleted) as u64);
+    assert!(
+        after < Duration::from_secs(1),
+        "SIGTERM {after:?} after the DEL"
+    );
+    assert!(stderr(&output).contains("lost job"), "{}", stderr(&output));
+
+    // A child that ignores SIGTERM is killed after --kill-after.
+    let stubborn = "trap '' TERM; while :; do sleep 0.02; done";
+    let started = Instant::now();
+    let child = run(
+        &server.url(),
+        &[
+            "--ttl",
+            "600ms",
+            "--kill-after",
+            "300ms",
+            "--lost-exit",
+            "9",
+        ],
+        "job",
+        stubborn,
+    );
+    common::wait_until(Duration::from_secs(5), || held(&server, "job"));
+    let _: i64 = redis::cmd("DEL")
+        .arg("job")
+        .query(&mut server.connection())
+        .unwrap();
+    let output = finish(child);
+    assert_eq!(output.status.code(), Some(9), "{}", stderr(&output));
+    assert!(stderr(&output).contains("SIGKILL"), "{}", stderr(&output));
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// The holder's path is black-holed while a rival waits on the server directly: the
+/// child must get SIGTERM before the rival is granted the lock.
+#[test]
+fn through_a_black_hole_the_child_is_stopped_before_a_rival_is_granted() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    let dir = tempfile::tempdir().unwrap();
+    let term = dir.path().join("term");
+    let script = format!(
+        "trap 'date +%s%N > {}; exit 0' TERM; while :; do sleep 0.02; done",
+        term.display()
+    );
+    let child = run(&proxy.url(), &["--ttl", "2s"], "job", &script);
+    common::wait_until(Duration::from_secs(5), || held(&server, "job"));
+    let mut rival_con = server.connection();
+    let rival = thread::spawn(move || {
+        let token: Option<i64> = redis::cmd("LOCK.ACQUIRE")
+            .arg("job")
+            .arg("rival")
+            .arg(60_000)
+            .arg("WAIT")
+            .arg(20_000)
+            .query(&mut rival_con)
+            .unwrap();
+        assert!(token.is_some());
+        now_ns()
+    });
+    common::wait_until(Duration::from_secs(5), || {
+        server
+            .connection()
+            .lock_info("job")
+            .unwrap()
+            .is_some_and(|i| i.waiters == 1)
+    });
+    thread::sleep(Duration::from_secs(1));
+    let cut = now_ns();
+    proxy.black_hole();
+    let granted = rival.join().unwrap();
+    let output = finish(child);
+    assert_eq!(output.status.code(), Some(76), "{}", stderr(&output));
+    let got_term: u128 = read(&term).trim().parse().expect("the child got SIGTERM");
+    let ms = |ns: u128| ns as f64 / 1e6;
+    println!(
+        "black hole: the child got SIGTERM {:.0} ms after the cut, the rival was granted the lock {:.0} ms after it",
+        ms(got_term - cut),
+        ms(granted - cut)
+    );
+    assert!(
+        got_term < granted,
+        "the rival was granted the lock before the child was stopped"
+    );
+}
+
+#[test]
+fn sigterm_to_run_reaches_the_child_and_the_lock_outlives_it() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let during = dir.path().join("during");
+    let script = format!(
+        "trap 'redis-cli -p {port} LOCK.INFO job > {during}; exit 3' TERM; while :; do sleep 0.02; done",
+        port = server.port,
+        during = during.display()
+    );
+    let child = run(&server.url(), &[], "job", &script);
+    common::wait_until(Duration::from_secs(5), || held(&server, "job"));
+    thread::sleep(Duration::from_millis(100));
+    // SAFETY: kill has no memory effects.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let output = finish(child);
+    assert_eq!(
+        output.status.code(),
+        Some(3),
+        "the child's status: {}",
+        stderr(&output)
+    );
+    assert!(
+        read(&during).contains("owner"),
+        "held while the child ran its trap: {:?}",
+        read(&during)
+    );
+    assert!(
+        stderr(&output).contains("passing signal 15"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!held(&server, "job"), "released after the child exited");
+}
+
+#[test]
+fn the_childs_status_passes_through() {
+    let server = Server::start();
+    let output = finish(run(&server.url(), &[], "job", "exit 7"));
+    assert_eq!(output.status.code(), Some(7));
+    let output = finish(run(&server.url(), &[], "job", "kill -9 $$"));
+    assert_eq!(output.status.code(), Some(128 + 9));
+    let output = redis_lock(&server.url())
+        .args(["run", "job", "--", "/no/such/program"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(127), "{}", stderr(&output));
+    assert!(!held(&server, "job"));
+}
+
+#[test]
+fn the_child_sees_the_lock_in_its_environment() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let env = dir.path().join("env");
+    let info = dir.path().join("info");
+    let script = format!(
+        "echo \"$REDIS_LOCK_KEY $REDIS_LOCK_OWNER $REDIS_LOCK_TOKEN\" > {env}; \
+         redis-cli -p {port} LOCK.INFO \"$REDIS_LOCK_KEY\" > {info}",
+        env = env.display(),
+        info = info.display(),
+        port = server.port
+    );
+    let output = finish(run(&server.url(), &["--owner", "worker-7"], "job", &script));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let seen = read(&env);
+    let parts: Vec<&str> = seen.split_whitespace().collect();
+    assert_eq!(parts[..2], ["job", "worker-7"], "{seen:?}");
+    let fields: Vec<String> = read(&info).lines().map(str::to_string).collect();
+    let token_at = fields
+        .iter()
+        .position(|f| f == "token")
+        .expect("LOCK.INFO has a token");
+    assert_eq!(
+        parts[2],
+        fields[token_at + 1],
+        "REDIS_LOCK_TOKEN is LOCK.INFO's token"
+    );
+}
+
+#[test]
+fn each_error_has_its_own_status_and_line() {
+    let server = Server::start();
+    let plain = Server::with(Config::default().without_module());
+    let _: () = redis::cmd("SET")
+        .arg("text")
+        .arg("v")
+        .query(&mut server.connection())
+        .unwrap();
+    let cases: [(String, &[&str], i32, &str); 4] = [
+        (
+            "redis://127.0.0.1:1/".into(),
+            &["run", "job", "--", "true"],
+            69,
+            "cannot reach the server",
+        ),
+        (
+            plain.url(),
+            &["run", "job", "--", "true"],
+            78,
+            "module is not loaded",
+        ),
+        (
+            server.url(),
+            &["run", "text", "--", "true"],
+            65,
+            "not a lock",
+        ),
+        (
+            server.url(),
+            &["run", "--ttl", "soon", "job", "--", "true"],
+            64,
+            "not a duration",
+        ),
+    ];
+    for (url, args, status, says) in cases {
+        let output = redis_lock(&url).args(args).output().unwrap();
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(status), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert_eq!(err.lines().filter(|l| l.contains(says)).count(), 1, "{err}");
+    }
+    let output = redis_lock(&server.url())
+        .args(["run", "--ttl", "0s", "job", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(64), "{}", stderr(&output));
+}
+
+#[test]
+fn info_and_release_for_people_and_scripts() {
+    let server = Server::start();
+    let url = server.url();
+    let free = redis_lock(&url)
+        .args(["info", "job", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&free.stdout).trim(),
+        r#"{"key":"job","held":false}"#
+    );
+    let child = run(&url, &["--owner", "worker-7", "--quiet"], "job", "sleep 30");
+    common::wait_until(Duration::from_secs(5), || held(&server, "job"));
+    let token = server.connection().lock_info("job").unwrap().unwrap().token;
+    let json = redis_lock(&url)
+        .args(["info", "job", "--json"])
+        .output()
+        .unwrap();
+    let json = String::from_utf8_lossy(&json.stdout).into_owned();
+    assert!(json.starts_with(r#"{"key":"job","held":true,"mode":"exclusive","waiters":0,"holders":[{"owner":"worker-7","token":"#), "{json}");
+    assert!(json.contains(&token.to_string()), "{json}");
+    let text = redis_lock(&url).args(["info", "job"]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(
+        text.contains("job: held (exclusive)") && text.contains("owner worker-7"),
+        "{text}"
+    );
+
+    let other = redis_lock(&url)
+        .args(["release", "job", "--owner", "someone"])
+        .output()
+        .unwrap();
+    assert_eq!(other.status.code(), Some(1), "{}", stderr(&other));
+    let released = redis_lock(&url)
+        .args(["release", "job", "--owner", "worker-7"])
+        .output()
+        .unwrap();
+    assert!(released.status.success(), "{}", stderr(&released));
+    assert!(!held(&server, "job"));
+    // The run notices at its next renewal and stops its child.
+    let output = finish(child);
+    assert_eq!(output.status.code(), Some(76));
+    assert!(stderr(&output).is_empty(), "--quiet: {}", stderr(&output));
+}
+
+#[test]
+fn a_wait_is_given_up_cleanly_on_sigint() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let held_lock = con
+        .try_acquire("job", Duration::from_secs(30))
+        .unwrap()
+        .unwrap();
+    let dir: PathBuf = tempfile::tempdir().unwrap().keep();
+    let ran = dir.join("ran");
+    let child = run(
+        &server.url(),
+        &["--wait", "forever"],
+        "job",
+        &format!("touch {}", ran.display()),
+    );
+    common::wait_until(Duration::from_secs(5), || {
+        con.lock_info("job")
+            .unwrap()
+            .is_some_and(|i| i.waiters == 1)
+    });
+    // SAFETY: kill has no memory effects.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let output = finish(child);
+    assert_eq!(output.status.code(), Some(128 + 2), "{}", stderr(&output));
+    common::wait_until(Duration::from_secs(5), || {
+        con.lock_info("job")
+            .unwrap()
+            .is_some_and(|i| i.waiters == 0)
+    });
+    assert!(con.release(&held_lock).unwrap());
+    assert!(!ran.exists(), "the command never ran");
+    assert!(
+        !held(&server, "job"),
+        "no lock left to the one that gave up"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[path = "../../client/tests/support/sentinel.rs"]
+mod sentinel;
+
+#[test]
+fn through_sentinel_the_lock_is_taken_on_the_named_master() {
+    let master = Server::start();
+    let watching = sentinel::sentinels(&master, 1);
+    let address = format!("127.0.0.1:{}", watching[0].port_number());
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    let output = Command::new(env!("CARGO_BIN_EXE_redis-lock"))
+        .env_remove("REDIS_URL")
+        .args(["--sentinel", &address, "--master", sentinel::MASTER])
+        .args(["run", "job", "--", "sh", "-c"])
+        .arg(format!(
+            "echo $REDIS_LOCK_TOKEN > {}; redis-cli -p {} LOCK.INFO job > {}.info",
+            token.display(),
+            master.port,
+            token.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let info = read(&token.with_extension("info"));
+    assert!(
+        info.contains(read(&token).trim()),
+        "held on the master: {info:?}"
+    );
+}
+
+#[test]
+fn in_a_cluster_the_lock_is_taken_on_the_keys_node() {
+    let cluster = common::Cluster::start(3);
+    let key = "report:daily";
+    let node = cluster.owner_of(key);
+    let seed = cluster.nodes[(node + 1) % 3].url(); // not the key's node: -MOVED is followed
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    let output = redis_lock(&seed)
+        .args(["--cluster", "run", key, "--", "sh", "-c"])
+        .arg(format!(
+            "echo $REDIS_LOCK_TOKEN > {}; redis-cli -p {} LOCK.INFO {key} > {}.info",
+            token.display(),
+            cluster.nodes[node].port,
+            token.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let info = read(&token.with_extension("info"));
+    assert!(
+        info.contains(read(&token).trim()),
+        "held on the key's node: {info:?}"
+    );
+    let free = redis_lock(&seed)
+        .args(["--cluster", "info", key, "--json"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&free.stdout).contains(r#""held":false"#));
+}

@@ -1,0 +1,475 @@
+//! What to ask the server for: the request, the wait, the retry policy, and the
+//! commands they become.
+
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use redis::{Cmd, RedisError};
+
+use crate::error::{is_connection_error, Error, Result};
+use crate::lock::Lock;
+
+/// The largest TTL or timeout the server accepts: 2^62 ms.
+pub const MAX_MILLIS: u64 = 1 << 62;
+
+/// How long an acquire may wait in the server's FIFO queue for a busy lock.
+///
+/// A [`Duration`] converts into `Wait::For` (so zero is `Wait::No`, never "forever").
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use redis_lock_client::Wait;
+///
+/// let _ = Wait::No; // answer at once: the lock, or None if it is busy
+/// let _ = Wait::For(Duration::from_secs(10));
+/// let _ = Wait::Forever;
+/// // What is left of a deadline; `Wait::No` once it has passed.
+/// let _ = Wait::until(Instant::now() + Duration::from_secs(3));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Wait {
+    /// Do not wait: `None` at once if the lock is busy.
+    #[default]
+    No,
+    /// Wait up to this long, rounded up to whole milliseconds (so 0.3 ms waits 1 ms).
+    /// `Wait::For(Duration::ZERO)` is `Wait::No`.
+    For(Duration),
+    /// Wait without limit.
+    Forever,
+}
+
+impl Wait {
+    /// The time left until `deadline`; [`Wait::No`] if it has passed.
+    pub fn until(deadline: Instant) -> Wait {
+        Wait::For(deadline.saturating_duration_since(Instant::now()))
+    }
+
+    /// The argument of `WAIT`, if any: `Some(0)` waits forever.
+    pub(crate) fn millis(self) -> Result<Option<u64>> {
+        match self {
+            Wait::No => Ok(None),
+            Wait::For(d) if d.is_zero() => Ok(None),
+            Wait::For(d) => Ok(Some(ceil_millis(d, "wait")?)),
+            Wait::Forever => Ok(Some(0)),
+        }
+    }
+
+    /// True unless the acquire answers at once.
+    pub(crate) fn waits(self) -> bool {
+        !matches!(self, Wait::No) && self != Wait::For(Duration::ZERO)
+    }
+}
+
+impl From<Duration> for Wait {
+    fn from(wait: Duration) -> Wait {
+        Wait::For(wait)
+    }
+}
+
+/// Whole milliseconds of `d`, rounded up; an error over the server's 2^62 ms.
+pub(crate) fn ceil_millis(d: Duration, what: &str) -> Result<u64> {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    u64::try_from(ms)
+        .ok()
+        .filter(|&ms| ms <= MAX_MILLIS)
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{what} of {d:?} is out of range: at most {MAX_MILLIS} ms"
+            ))
+        })
+}
+
+/// A TTL in whole milliseconds (rounded up), checked before anything is sent.
+pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64> {
+    if ttl.is_zero() {
+        return Err(Error::InvalidArgument(
+            "ttl must be positive: a lock of 0 ms would be gone before it is granted".into(),
+        ));
+    }
+    ceil_millis(ttl, "ttl")
+}
+
+/// What to ask for: a key, a TTL, maybe a wait, a given owner, a retry policy,
+/// durability.
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_lock_client::{Request, Retry, Wait};
+///
+/// let request = Request::new("report:daily", Duration::from_secs(30))
+///     .wait(Wait::For(Duration::from_secs(10)))
+///     .owner("worker-7")
+///     .retry(Retry::NONE);
+/// assert_eq!(request.owner_id(), "worker-7");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub(crate) key: String,
+    pub(crate) owner: String,
+    pub(crate) ttl: Duration,
+    pub(crate) wait: Wait,
+    pub(crate) retry: Retry,
+    pub(crate) durable: Option<Durable>,
+    /// The owner came from the caller, who may hold the lock under it already.
+    pub(crate) owner_given: bool,
+}
+
+/// How many replicas must acknowledge a grant, and how long to wait for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Durable {
+    /// Replicas that must have the grant.
+    pub replicas: u32,
+    /// How long Redis's `WAIT` may take to hear from them.
+    pub timeout: Duration,
+}
+
+impl Request {
+    /// A request for `key` with `ttl`, as a fresh owner (UUID v4), not waiting.
+    pub fn new(key: impl Into<String>, ttl: Duration) -> Self {
+        Request {
+            key: key.into(),
+            owner: uuid::Uuid::new_v4().to_string(),
+            ttl,
+            wait: Wait::No,
+            retry: Retry::default(),
+            durable: None,
+            owner_given: false,
+        }
+    }
+
+    /// Holds the lock only once `replicas` replicas acknowledge the grant (Redis's
+    /// `WAIT replicas timeout`, sent right after the acquire on the same connection).
+    /// If fewer acknowledge within `timeout`, the grant is released and the acquire
+    /// fails with [`Error::NotReplicated`].
+    ///
+    /// Redis replication is asynchronous: a failover right after a grant can lose it,
+    /// and the promoted replica can then grant the same lock again. Waiting for the
+    /// replicas closes most of that window, at the price of a replication round trip
+    /// per acquire and of refusing locks while replicas lag. It does not make Redis
+    /// a consensus system: `WAIT` does not roll back a write the replicas missed, and
+    /// a failover may still pick a replica that has not acknowledged. Fencing tokens
+    /// remain the guard that holds. `WAIT` holds up its connection for up to
+    /// `timeout`: keep it below the connection's response timeout.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use redis_lock_client::Request;
+    /// let request = Request::new("payments", Duration::from_secs(30))
+    ///     .durable(1, Duration::from_millis(100));
+    /// ```
+    pub fn durable(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.durable = Some(Durable { replicas, timeout });
+        self
+    }
+
+    /// Waits in the server's FIFO queue as `wait` says when the lock is busy. Only
+    /// APIs that wait on a connection of their own take a waiting request: the
+    /// blocking [`LockCommands`](crate::LockCommands) (its connection is the
+    /// caller's alone) and [`LockClient`](crate::LockClient); the shared async
+    /// connections of [`AsyncLockCommands`](crate::AsyncLockCommands) refuse it.
+    pub fn wait(mut self, wait: impl Into<Wait>) -> Self {
+        self.wait = wait.into();
+        self
+    }
+
+    /// How to retry when the connection fails before the reply arrives (default:
+    /// 3 retries from 20 ms, jittered). Retrying is safe: the same owner gets the same
+    /// token back if the first try took the lock.
+    pub fn retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Acquires as `owner` instead of a fresh UUID: the holder of that id gets the same
+    /// token back (a retry after a timeout learns it already holds the lock).
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = owner.into();
+        self.owner_given = true;
+        self
+    }
+
+    /// The key asked for.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The owner id the request acquires as.
+    pub fn owner_id(&self) -> &str {
+        &self.owner
+    }
+
+    /// `LOCK.ACQUIRE key owner ttl [WAIT ms]`, or the error that keeps it from being
+    /// sent.
+    pub(crate) fn command(&self) -> Result<Cmd> {
+        let mut cmd = redis::cmd("LOCK.ACQUIRE");
+        cmd.arg(&self.key)
+            .arg(&self.owner)
+            .arg(ttl_millis(self.ttl)?);
+        if let Some(ms) = self.wait.millis()? {
+            cmd.arg("WAIT").arg(ms);
+        }
+        Ok(cmd)
+    }
+
+    /// The acquire, followed on the same connection by `WAIT replicas timeout` if
+    /// the request is durable.
+    pub(crate) fn pipeline(&self) -> Result<redis::Pipeline> {
+        let mut pipe = redis::pipe();
+        pipe.add_command(self.command()?);
+        if let Some(durable) = self.durable {
+            pipe.cmd("WAIT")
+                .arg(durable.replicas)
+                .arg(ceil_millis(durable.timeout, "replica timeout")?);
+        }
+        Ok(pipe)
+    }
+
+    /// The TTL as the server gets it, whole milliseconds.
+    pub(crate) fn server_ttl(&self) -> Duration {
+        Duration::from_millis(ttl_millis(self.ttl).unwrap_or(1))
+    }
+
+    /// What to do after attempt number `attempt` (0-based) failed with `error`.
+    ///
+    /// A lost reply (connection error, timeout) is retried as the same owner, which
+    /// learns the token if the lost try got one. Except while waiting: a client-side
+    /// timeout then means the request still waits in the server, on a connection
+    /// that answers in order, so a retry would only queue behind it.
+    ///
+    /// Giving up after a lost reply leaves the outcome unknown: the server may still
+    /// grant the request. With an owner of its own (a fresh UUID nobody else knows)
+    /// the request is withdrawn by a release of that owner, which runs after it.
+    pub(crate) fn after_failure(&self, error: RedisError, attempt: u32) -> Next {
+        if !is_connection_error(&error) {
+            // A durable acquire is a pipeline: its WAIT may be refused after a grant.
+            let withdraw = self.durable.and_then(|_| self.withdrawal());
+            return Next::Fail(error.into(), withdraw);
+        }
+        let waiting = self.wait.waits() && error.is_timeout();
+        if !waiting && attempt < self.retry.attempts {
+            return Next::Retry(self.retry.delay(attempt));
+        }
+        let error = if waiting {
+            Error::ResponseTimeout(error)
+        } else {
+            error.into()
+        };
+        Next::Fail(error, self.withdrawal())
+    }
+
+    /// The release that takes back what an unanswered request of a fresh owner may
+    /// have been granted; none for a given owner, who may hold the lock already.
+    pub(crate) fn withdrawal(&self) -> Option<Cmd> {
+        (!self.owner_given).then(|| release_of(&self.key, &self.owner))
+    }
+
+    /// The lock granted to a request sent at `sent`.
+    pub(crate) fn granted(&self, token: i64, sent: Instant) -> Lock {
+        Lock::new(&self.key, &self.owner, token, sent, self.server_ttl())
+    }
+}
+
+/// The step after a failed acquire attempt.
+pub(crate) enum Next {
+    /// Send the request again after this pause.
+    Retry(Duration),
+    /// Give up with this error, after sending the withdrawal, if any (its reply does
+    /// not matter).
+    Fail(Error, Option<Cmd>),
+}
+
+pub(crate) fn release_command(lock: &Lock) -> Cmd {
+    release_of(&lock.key, &lock.owner)
+}
+
+pub(crate) fn release_of(key: &str, owner: &str) -> Cmd {
+    let mut cmd = redis::cmd("LOCK.RELEASE");
+    cmd.arg(key).arg(owner);
+    cmd
+}
+
+pub(crate) fn extend_command(lock: &Lock, ttl: Duration) -> Result<Cmd> {
+    let mut cmd = redis::cmd("LOCK.EXTEND");
+    cmd.arg(&lock.key).arg(&lock.owner).arg(ttl_millis(ttl)?);
+    Ok(cmd)
+}
+
+pub(crate) fn info_command(key: &str) -> Cmd {
+    let mut cmd = redis::cmd("LOCK.INFO");
+    cmd.arg(key);
+    cmd
+}
+
+/// How often and how long to retry a command whose reply was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// Tries after the first.
+    pub attempts: u32,
+    /// The first pause; each next one doubles, with random jitter.
+    pub base_delay: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry {
+            attempts: 3,
+            base_delay: Duration::from_millis(20),
+        }
+    }
+}
+
+impl Retry {
+    /// No retries.
+    pub const NONE: Retry = Retry {
+        attempts: 0,
+        base_delay: Duration::ZERO,
+    };
+
+    /// The pause before retry number `attempt` (0-based): exponential, with
+    /// jitter between half and all of it so retrying clients spread out.
+    pub(crate) fn delay(&self, attempt: u32) -> Duration {
+        let full = self.base_delay.saturating_mul(1 << attempt.min(16));
+        let low = full / 2;
+        let spread = u64::try_from((full - low).as_micros()).unwrap_or(u64::MAX);
+        low + Duration::from_micros(rand::thread_rng().gen_range(0..=spread))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn packed(cmd: &Cmd) -> String {
+        String::from_utf8(cmd.get_packed_command()).unwrap()
+    }
+
+    #[test]
+    fn a_request_builds_the_acquire_command() {
+        let request = Request::new("job", Duration::from_secs(5)).owner("me");
+        let cmd = request
+            .clone()
+            .wait(Duration::from_millis(250))
+            .command()
+            .unwrap();
+        let text = packed(&cmd);
+        assert!(text.contains("LOCK.ACQUIRE"));
+        for part in ["job", "me", "5000", "WAIT", "250"] {
+            assert!(text.contains(&format!("\r\n{part}\r\n")), "{text:?}");
+        }
+        let no_wait = packed(&request.command().unwrap());
+        assert!(!no_wait.contains("WAIT"));
+    }
+
+    #[test]
+    fn fresh_owners_are_distinct_uuids() {
+        let a = Request::new("k", Duration::from_secs(1));
+        let b = Request::new("k", Duration::from_secs(1));
+        assert_ne!(a.owner, b.owner);
+        assert!(uuid::Uuid::parse_str(&a.owner).is_ok());
+    }
+
+    #[test]
+    fn a_wait_under_a_millisecond_rounds_up_and_never_means_forever() {
+        assert_eq!(
+            Wait::For(Duration::from_micros(300)).millis().unwrap(),
+            Some(1)
+        );
+        assert_eq!(
+            Wait::For(Duration::from_micros(1500)).millis().unwrap(),
+            Some(2)
+        );
+        assert_eq!(Wait::For(Duration::ZERO).millis().unwrap(), None);
+        assert_eq!(Wait::No.millis().unwrap(), None);
+        assert_eq!(Wait::Forever.millis().unwrap(), Some(0));
+        let past = Instant::now() - Duration::from_secs(1);
+        assert_eq!(Wait::until(past).millis().unwrap(), None);
+        assert!(!Wait::until(past).waits());
+        assert_eq!(
+            Wait::from(Duration::ZERO).millis().unwrap(),
+            None,
+            "zero is no wait"
+        );
+    }
+
+    #[test]
+    fn ttls_and_waits_out_of_range_are_refused_before_sending() {
+        let zero = Request::new("job", Duration::ZERO).command();
+        assert!(matches!(zero, Err(Error::InvalidArgument(m)) if m.contains("ttl")));
+        let huge = Request::new("job", Duration::MAX).command();
+        assert!(matches!(huge, Err(Error::InvalidArgument(m)) if m.contains("out of range")));
+        let max = Request::new("job", Duration::from_millis(MAX_MILLIS)).command();
+        assert!(max.is_ok());
+        let wait = Request::new("job", Duration::from_secs(1))
+            .wait(Wait::For(Duration::MAX))
+            .command();
+        assert!(matches!(wait, Err(Error::InvalidArgument(m)) if m.contains("wait")));
+        assert_eq!(ttl_millis(Duration::from_micros(1)).unwrap(), 1);
+    }
+
+    #[test]
+    fn a_durable_request_waits_for_replicas_on_the_same_connection() {
+        let request =
+            Request::new("job", Duration::from_secs(5)).durable(1, Duration::from_micros(10));
+        let pipe = request.pipeline().unwrap();
+        let packed = String::from_utf8(pipe.get_packed_pipeline()).unwrap();
+        let acquire = packed.find("LOCK.ACQUIRE").unwrap();
+        let wait = packed.find("\r\nWAIT\r\n").unwrap();
+        assert!(acquire < wait, "{packed:?}");
+        assert!(packed.ends_with("\r\n1\r\n$1\r\n1\r\n"), "{packed:?}");
+    }
+
+    fn timeout() -> RedisError {
+        std::io::Error::from(std::io::ErrorKind::TimedOut).into()
+    }
+
+    fn withdraws(next: &Next) -> bool {
+        matches!(next, Next::Fail(_, Some(cmd)) if cmd.args_iter().count() == 3)
+    }
+
+    #[test]
+    fn a_lost_reply_is_retried_then_withdrawn() {
+        let request = Request::new("job", Duration::from_secs(5));
+        assert!(matches!(
+            request.after_failure(timeout(), 0),
+            Next::Retry(_)
+        ));
+        let last = request.after_failure(timeout(), request.retry.attempts);
+        assert!(matches!(last, Next::Fail(Error::Connection(_), _)));
+        assert!(withdraws(&last));
+        // A refusal is final and leaves nothing to withdraw.
+        let refused: RedisError = (redis::ErrorKind::Client, "WRONGTYPE").into();
+        assert!(matches!(
+            request.after_failure(refused, 0),
+            Next::Fail(_, None)
+        ));
+    }
+
+    #[test]
+    fn a_timeout_while_waiting_is_not_retried() {
+        let request = Request::new("job", Duration::from_secs(5)).wait(Duration::from_secs(9));
+        let next = request.after_failure(timeout(), 0);
+        assert!(matches!(next, Next::Fail(Error::ResponseTimeout(_), _)));
+        assert!(withdraws(&next));
+    }
+
+    #[test]
+    fn a_given_owner_is_never_withdrawn() {
+        // Its caller may hold the lock under it already (a refresh).
+        let request = Request::new("job", Duration::from_secs(5)).owner("me");
+        let next = request.after_failure(timeout(), request.retry.attempts);
+        assert!(matches!(next, Next::Fail(Error::Connection(_), None)));
+    }
+
+    #[test]
+    fn retry_delays_grow_with_jitter() {
+        let retry = Retry {
+            attempts: 5,
+            base_delay: Duration::from_millis(10),
+        };
+        for attempt in 0..4 {
+            let full = Duration::from_millis(10 << attempt);
+            let d = retry.delay(attempt);
+            assert!(d >= full / 2 && d <= full, "{d:?} for attempt {attempt}");
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! Waits: a wait is a `Wait`, rounded up, never "forever" by accident; waiting takes a
+//! connection of its own, so it holds up nothing; and a cancelled wait leaves no
+//! lock to an owner that stopped waiting.
+
+use redis_lock_testkit as common;
+
+use std::time::{Duration, Instant};
+
+use common::Server;
+use redis::AsyncConnectionConfig;
+use redis_lock_client::{AsyncLockCommands, Error, LockClient, LockCommands, Request, Wait};
+
+const TTL: Duration = Duration::from_secs(30);
+
+#[test]
+fn a_wait_under_a_millisecond_waits_a_millisecond_not_forever() {
+    let server = Server::start();
+    let mut holder = server.connection();
+    let held = holder.try_acquire("job", TTL).unwrap().unwrap();
+    let mut con = server.connection();
+    con.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let started = Instant::now();
+    for wait in [Duration::from_micros(300), Duration::from_nanos(1)] {
+        let answer = con.acquire("job", TTL, Wait::For(wait)).unwrap();
+        assert_eq!(answer, None, "busy after a {wait:?} wait");
+    }
+    // What is left of a deadline that passed is no wait at all.
+    let past = Instant::now() - Duration::from_millis(1);
+    assert_eq!(con.acquire("job", TTL, Wait::until(past)).unwrap(), None);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    holder.release(&held).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_async_connection_refuses_to_wait() {
+    let server = Server::start();
+    let mut con = server.client().get_connection_manager().await.unwrap();
+    let request = Request::new("job", TTL).wait(Wait::For(Duration::from_secs(5)));
+    let error = con.acquire_with(request.clone()).await.unwrap_err();
+    assert!(
+        matches!(&error, Error::InvalidArgument(m) if m.contains("LockClient")),
+        "{error}"
+    );
+    let error = con.lock_guard(request).await.unwrap_err();
+    assert!(matches!(error, Error::InvalidArgument(_)));
+    assert_eq!(
+        con.lock_info("job").await.unwrap(),
+        None,
+        "nothing was sent"
+    );
+}
+
+/// 100 tasks wait for one lock, each holding it briefly: with every wait on a
+/// connection of its own, the lock passes from one to the next at once (not once per
+/// TTL), and a shared connection keeps answering meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_waiters_hold_up_nothing_and_hand_off_at_once() {
+    let server = Server::start();
+    let locks = LockClient::new(server.client());
+    let mut shared = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..100)
+        .map(|_| {
+            let locks = locks.clone();
+            tokio::spawn(async move {
+                let wait = Wait::For(Duration::from_secs(60));
+                let lock = locks.acquire("job", TTL, wait).await.unwrap().unwrap();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                assert!(locks.release(&lock).await.unwrap());
+            })
+        })
+        .collect();
+    let mut slowest_ping = Duration::ZERO;
+    while !tasks.iter().all(|t| t.is_finished()) {
+        let sent = Instant::now();
+        let pong: String = redis::cmd("PING").query_async(&mut shared).await.unwrap();
+        assert_eq!(pong, "PONG");
+        slowest_ping = slowest_ping.max(sent.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // One hand-off per TTL would take 100 × 30 s.
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        slowest_ping < Duration::from_millis(500),
+        "a PING took {slowest_ping:?}"
+    );
+}
+
+/// An acquire cancelled while it waits, also as the grant crosses the cancellation:
+/// the lock never stays with the owner that stopped waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_wait_leaves_no_ghost_owner() {
+    let server = Server::start();
+    let config = AsyncConnectionConfig::new().set_response_timeout(None);
+    let mut con = server
+        .client()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap();
+    let locks = LockClient::new(server.client());
+    for round in 0..20 {
+        let held = con.try_acquire("job", TTL).await.unwrap().unwrap();
+        let waiting = tokio::spawn({
+            let locks = locks.clone();
+            async move {
+                locks
+                    .acquire("job", TTL, Wait::For(Duration::from_secs(20)))
+                    .await
+            }
+        });
+        common::wait_until(Duration::from_secs(5), || {
+            server
+                .connection()
+                .lock_info("job")
+                .unwrap()
+                .is_some_and(|info| info.waiters == 1)
+        });
+        // Release and cancel at once: some rounds the grant wins the race.
+        let release = con.release(&held);
+        let spread = Duration::from_micros(200 * round);
+        let cancel = async {
+            tokio::time::sleep(spread).await;
+            waiting.abort();
+            waiting.await
+        };
+        let (released, waited) = tokio::join!(release, cancel);
+        assert!(released.unwrap());
+        let deadline = Instant::now() + Duration::from_secs(3);
+        match waited {
+            Ok(Ok(Some(lock))) => {
+                // It returned before the cancel: a real holder, not a ghost.
+                assert!(locks.release(&lock).await.unwrap());
+            }
+            Ok(other) => panic!("{other:?}"),
+            Err(_cancelled) => {
+                while con.lock_info("job").await.unwrap().is_some() {
+                    assert!(
+                        Instant::now() < deadline,
+                        "round {round}: the lock stayed with a cancelled waiter"
+                    );
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+    }
+}
