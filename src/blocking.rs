@@ -1,21 +1,24 @@
-//! Waiting for a lock: `LOCK.ACQUIRE … WAIT`. Waiters queue per key in FIFO order
-//! (`lock::queue`); when the lock frees, the oldest live waiter gets it in the same
-//! step, with a fresh token, propagated like any grant.
+//! Waiting for a lock (`LOCK.ACQUIRE … WAIT`) and the module's timers: the glue
+//! that applies what `redis_lock_core::handoff` decides. Waiters queue per key in
+//! FIFO order; when a key's holdings change, a hand-off step grants as many of them
+//! as fit, in order, with fresh tokens, propagated like any grant.
 //!
 //! What frees a lock, and where the hand-off runs:
 //! - LOCK.RELEASE: inline, in the releasing command.
-//! - Expiry: a timer per queued key fires one millisecond after the lock's expiry
+//! - Expiry: a timer per watched key fires one millisecond after the lock's expiry
 //!   (Redis alone may remove an expired key much later) and opens the key, which makes
 //!   Redis delete it; the hand-off follows in that timer. LOCK.EXTEND and refreshes
 //!   re-arm it when the lock now expires sooner; while the lock is held, the timer
 //!   also looks every `EXPIRY_RECHECK_MS`, which catches an expiry shortened by hand
 //!   (`PEXPIRE`).
+//! - A shared holding that lapses while others live on: the same key timer, due one
+//!   millisecond after it, removes it (and says so to replicas), then hands off.
 //! - DEL, UNLINK, RENAME, MOVE, eviction, FLUSHDB/FLUSHALL: Redis tells the module
 //!   from inside its deletion, where writing is not allowed, so the key is marked and
 //!   a zero-delay timer hands off.
 //!
-//! In between, a free key with waiters is never free for anyone else: LOCK.ACQUIRE
-//! first hands off to the queue, and only then looks at the lock.
+//! In between, a key with waiters is never taken by anyone else: LOCK.ACQUIRE first
+//! hands off to the queue, and a newcomer never goes ahead of it.
 //!
 //! A hand-off is a grant, and is refused where an acquire would be: under OOM, and
 //! for a lock Redis just evicted for memory, every waiter gets the `OOM` error. A key
@@ -23,24 +26,27 @@
 //!
 //! Timeouts are the module's own (one timer for the earliest deadline of all
 //! waiters), not Redis's: Redis 7.0 lets a blocked client's timeout that falls in the
-//! same event-loop turn as the module's answer swallow that answer, so a client
-//! granted the lock after a stall would never hear of it. Decided here, a waiter is
-//! either granted or timed out, never both, and a waiter past its deadline is never
-//! granted.
+//! same event-loop turn as the module's answer swallow that answer. Decided in the
+//! core, a waiter is either granted or timed out, never both, and a waiter past its
+//! deadline is never granted.
 
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::cluster::migrating_target;
+use redis_lock_core::cluster::migrating_target;
+use redis_lock_core::handoff::{plan_hand_off, Answer, HandOff, Refusal};
+use redis_lock_core::queue::{Queues, Waiter};
+use redis_lock_core::rules::fits;
+use redis_lock_core::store::{self, Store};
+use redis_lock_core::timers::{delay_until, expiry_due, needs_arming, Armed, MAX_TIMER_DELAY_MS};
+use redis_lock_core::{Kind, Lock, Mode};
+
 use crate::commands::{Reply, OOM, WRONGTYPE};
 use crate::ffi::block::Blocked;
-use crate::ffi::key::{OpenKey, Slot};
+use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Ctx};
-use crate::lock::queue::{Queues, Waiter};
-use crate::lock::timers::{delay_until, expiry_due, needs_arming, Armed, MAX_TIMER_DELAY_MS};
-use crate::lock::{expires_at, Lock};
 use crate::propagate;
 use crate::state::{MINT, STATS};
 
@@ -58,12 +64,14 @@ pub enum Outcome {
 /// Work for a module timer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TimerJob {
-    /// The lock at this key may have just expired; `due` tells this timer from a
-    /// later one of the same key.
-    Expiry { db: i32, key: Box<[u8]>, due: i64 },
+    /// Look at the lock at this key: it may have expired, a shared holding may have
+    /// lapsed, its expiry may have been changed by hand. `due` tells this timer from
+    /// a later one of the same key.
+    Key { db: i32, key: Box<[u8]>, due: i64 },
     /// Keys marked by keyspace or flush events may have freed.
     Marked,
-    /// A granted waiter disconnected before its reply went out: take the lock back.
+    /// A granted waiter disconnected before its reply went out: take the holding
+    /// with this token back.
     Undelivered { db: i32, key: Box<[u8]>, token: i64 },
     /// Waiters' deadlines may have passed.
     Timeouts,
@@ -84,10 +92,12 @@ struct Waiting {
     /// Keys to look at from the next zero-delay timer.
     marked: Vec<(i32, Box<[u8]>, Mark)>,
     marked_timer_armed: bool,
-    /// Waiters woken with a lock whose reply Redis has not sent yet.
+    /// Waiters woken with a holding whose reply Redis has not sent yet.
     in_flight: HashMap<Blocked, (i32, Box<[u8]>, i64)>,
     /// The one timer that times waiters out.
     timeout_timer: Option<Armed>,
+    /// The timer of each watched key (waiters, or shared holdings that lapse).
+    key_timers: HashMap<(i32, Box<[u8]>), Armed>,
 }
 
 thread_local! {
@@ -119,17 +129,19 @@ pub fn waiters(db: i32, key: &[u8]) -> usize {
     with(|w| w.queues.waiting(db, key)).unwrap_or(0)
 }
 
-/// Blocks the caller at the back of `key`'s queue, for `timeout_ms` (`None`: without
-/// limit). The lock is held now; its expiry (`expiry`, as the caller read it) is
-/// watched so the queue moves the moment it lapses.
-pub fn enqueue(
-    ctx: Ctx,
-    key: &[u8],
-    owner: &[u8],
-    ttl: i64,
-    timeout_ms: Option<i64>,
-    expiry: Option<i64>,
-) -> Reply {
+/// What a blocked acquire asks for.
+pub struct Request<'a> {
+    pub owner: &'a [u8],
+    pub ttl: i64,
+    pub kind: Kind,
+    /// `None`: without limit.
+    pub timeout_ms: Option<i64>,
+}
+
+/// Blocks the caller at the back of `key`'s queue. The lock is held now; its expiry
+/// (`expiry`, as the caller read it) is watched so the queue moves the moment it
+/// lapses.
+pub fn enqueue(ctx: Ctx, key: &[u8], request: Request<'_>, expiry: Option<i64>) -> Reply {
     let Some(handle) = ctx.block() else {
         return Reply::error("ERR this client cannot be blocked");
     };
@@ -137,9 +149,10 @@ pub fn enqueue(
     let now = ctx.now_ms();
     let waiter = Waiter {
         handle,
-        owner: owner.into(),
-        ttl,
-        deadline: timeout_ms.map(|ms| now.saturating_add(ms)),
+        owner: request.owner.into(),
+        ttl: request.ttl,
+        kind: request.kind,
+        deadline: request.timeout_ms.map(|ms| now.saturating_add(ms)),
     };
     with(|w| w.queues.push(db, key, waiter));
     STATS.waiters.incr();
@@ -151,92 +164,153 @@ pub fn enqueue(
 /// How often a hand-off or take-back that found writes paused tries again.
 const PAUSED_RETRY_MS: i64 = 10;
 
-/// Hands the free lock at `key` to the oldest waiter; returns true if it did.
-/// Must run with `db` selected in `ctx`.
+/// Removes the shared holdings of the open `key` whose expiry has passed, and tells
+/// replicas and the AOF (`LOCK.RELEASE key owner` each): the master judges time, its
+/// replicas follow. Every write to a shared lock does this first.
+pub fn settle(ctx: Ctx, open: &mut OpenKey, key: Arg<'_>) {
+    if !matches!(open.lock(), Some(Lock::Shared(_))) {
+        return;
+    }
+    let Ok(lapsed) = store::settle(open, ctx.now_ms()) else {
+        return;
+    };
+    for owner in &lapsed {
+        propagate::lapsed(ctx, key, Arg::Bytes(owner));
+        STATS.expirations.incr();
+    }
+}
+
+/// When the earliest shared holding of the open key lapses before the others: the
+/// key timer must then look.
+pub fn next_lapse(open: &OpenKey) -> Option<i64> {
+    open.lock().and_then(Lock::next_lapse)
+}
+
+/// Hands the lock at `key` to as many of its waiters as fit, in order; returns true
+/// if it granted any. Must run with `db` selected in `ctx`.
 pub fn hand_off(ctx: Ctx, db: i32, key: &[u8]) -> bool {
+    hand_off_refusing(ctx, db, key, None)
+}
+
+fn hand_off_refusing(ctx: Ctx, db: i32, key: &[u8], refusal: Option<Refusal>) -> bool {
     if waiters(db, key) == 0 {
         return false;
     }
     if ctx.writes_paused() {
         // Only timers get here during a pause (the commands that free a lock are
         // writes, held back by it): look again shortly, until the pause ends.
-        watch_expiry(
-            ctx,
-            db,
-            key,
-            Some(ctx.now_ms().saturating_add(PAUSED_RETRY_MS - 1)),
-        );
+        watch(ctx, db, key, ctx.now_ms().saturating_add(PAUSED_RETRY_MS));
         return false;
     }
     let mut open = OpenKey::write_bytes(ctx, key);
-    match open.slot() {
-        Slot::Empty => {}
-        Slot::Lock(_) => {
-            // Still held: watch the expiry it has now.
-            let expiry = open.expires_at();
-            drop(open);
-            watch_expiry(ctx, db, key, expiry);
-            return false;
-        }
-        Slot::OtherType => {
-            // Overwritten by a value of another type (SET, RESTORE REPLACE, RENAME
-            // onto it…): the waiters' acquire meets that value now, and gets what
-            // an acquire of it gets, instead of waiting on a lock that is gone.
-            drop(open);
-            answer_all(ctx, db, key, &Outcome::Error(WRONGTYPE.into()));
-            return false;
-        }
-    }
-    if ctx.out_of_memory() {
-        // An acquire would be refused now (deny-oom): so is the hand-off.
+    let refusal = if open.holds_other_type() {
+        // Overwritten by a value of another type (SET, RESTORE REPLACE, RENAME onto
+        // it…): the waiters' acquire meets that value now, and gets what an acquire
+        // of it gets, instead of waiting on a lock that is gone.
+        Some(Refusal::WrongType)
+    } else {
+        settle(ctx, &mut open, Arg::Bytes(key));
+        refusal.or_else(|| out_of_memory_for(ctx, &open, db, key))
+    };
+    let now = ctx.now_ms();
+    let lock = open.lock();
+    let step = with(|w| plan_hand_off(&mut w.queues, db, key, lock, refusal, now, &MINT))
+        .unwrap_or_default();
+    if store::apply_hand_off(&mut open, &step, now).is_err() {
         drop(open);
-        answer_all(ctx, db, key, &Outcome::Error(OOM.into()));
+        refuse_grants(step, "ERR could not store the lock");
         return false;
+    }
+    let (expiry, lapse) = (open.expires_at(), next_lapse(&open));
+    drop(open);
+    let granted = !step.grants.is_empty();
+    answer(ctx, db, key, step);
+    watch_expiry(ctx, db, key, expiry);
+    watch_lapse(ctx, db, key, lapse);
+    granted
+}
+
+/// `OutOfMemory` when memory is over `maxmemory` now (an acquire would be refused,
+/// deny-oom) and the queue's head would be granted: a queue that could not move
+/// anyway keeps waiting.
+fn out_of_memory_for(ctx: Ctx, open: &OpenKey, db: i32, key: &[u8]) -> Option<Refusal> {
+    if !ctx.out_of_memory() {
+        return None;
     }
     let now = ctx.now_ms();
-    // The oldest waiter that can be granted. One past its deadline times out (the
-    // timeout timer may not have run yet, after a stall); one whose grant cannot be
-    // made (tokens exhausted, expiry out of range) is answered with an error. A loop,
-    // not recursion: a queue may be long.
-    let (waiter, token, at) = loop {
-        let Some(waiter) = with(|w| w.queues.pop_front(db, key)).flatten() else {
-            return false;
+    let head_fits = with(|w| {
+        w.queues
+            .front(db, key)
+            .is_some_and(|front| fits(open.lock(), front.kind, now))
+    });
+    head_fits.unwrap_or(false).then_some(Refusal::OutOfMemory)
+}
+
+/// Tells replicas, subscribers and INFO about a planned and stored hand-off step,
+/// and answers its waiters.
+fn answer(ctx: Ctx, db: i32, key: &[u8], step: HandOff<Blocked>) {
+    let answered = step.answers.len() + step.grants.iter().map(|g| g.waiters.len()).sum::<usize>();
+    STATS.waiters.sub(answered);
+    for grant in step.grants {
+        if grant.fresh {
+            let owner = Arg::Bytes(&grant.owner);
+            let (token, at) = (grant.token, grant.expires_at);
+            propagate::grant(ctx, Arg::Bytes(key), owner, token, at, grant.kind.mode());
+            STATS.acquisitions.incr();
+            STATS.hand_offs.incr();
+        } else {
+            let mode = grant.kind.mode();
+            let key_at = grant.expires_at;
+            let owner = Arg::Bytes(&grant.owner);
+            propagate::expiry(
+                ctx,
+                Arg::Bytes(key),
+                owner,
+                grant.token,
+                grant.expires_at,
+                key_at,
+                mode,
+            );
+        }
+        for woken in grant.waiters {
+            with(|w| {
+                w.in_flight
+                    .insert(woken.handle, (db, key.into(), grant.token))
+            });
+            woken.handle.answer(Outcome::Token(grant.token));
+        }
+    }
+    for (waiter, answer) in step.answers {
+        let outcome = match answer {
+            Answer::TimedOut => {
+                STATS.wait_timeouts.incr();
+                Outcome::TimedOut
+            }
+            Answer::Refused(error) => match Reply::from(error) {
+                Reply::Error(text) => Outcome::Error(text),
+                _ => Outcome::Error("ERR the lock could not be granted".into()),
+            },
+            Answer::Blocked(Refusal::WrongType) => Outcome::Error(WRONGTYPE.into()),
+            Answer::Blocked(Refusal::OutOfMemory) => Outcome::Error(OOM.into()),
+            Answer::Blocked(Refusal::Redirect(to)) => Outcome::Error(to.into()),
         };
-        STATS.waiters.decr();
-        if waiter.has_timed_out(now) {
-            STATS.wait_timeouts.incr();
-            waiter.handle.answer(Outcome::TimedOut);
-            continue;
-        }
-        let grant = expires_at(now, waiter.ttl)
-            .ok()
-            .and_then(|at| Some((MINT.mint(now)?, at)));
-        match grant {
-            Some((token, at)) => break (waiter, token, at),
-            None => waiter
-                .handle
-                .answer(Outcome::Error("ERR the lock could not be granted".into())),
-        }
-    };
-    if !(open.set_lock(Lock::new(&waiter.owner, token)) && open.set_expires_at(at)) {
-        waiter
-            .handle
-            .answer(Outcome::Error("ERR could not store the lock".into()));
-        return false;
+        waiter.handle.answer(outcome);
     }
-    drop(open);
-    propagate::grant(ctx, Arg::Bytes(key), Arg::Bytes(&waiter.owner), token, at);
-    STATS.acquisitions.incr();
-    STATS.hand_offs.incr();
-    // Other waiters with the same owner (a client retrying its WAIT) hold it too.
-    let same_owner = with(|w| w.queues.take_owner(db, key, &waiter.owner)).unwrap_or_default();
-    STATS.waiters.sub(same_owner.len());
-    for woken in std::iter::once(waiter).chain(same_owner) {
-        with(|w| w.in_flight.insert(woken.handle, (db, key.into(), token)));
-        woken.handle.answer(Outcome::Token(token));
+}
+
+/// A step whose grants could not be stored: every waiter of it gets `error`.
+fn refuse_grants(step: HandOff<Blocked>, error: &'static str) {
+    let waiters = step
+        .grants
+        .into_iter()
+        .flat_map(|g| g.waiters)
+        .chain(step.answers.into_iter().map(|(w, _)| w));
+    let mut count = 0;
+    for waiter in waiters {
+        waiter.handle.answer(Outcome::Error(error.into()));
+        count += 1;
     }
-    watch_expiry(ctx, db, key, Some(at));
-    true
+    STATS.waiters.sub(count);
 }
 
 /// The lock at `key` got a new expiry from the module (a refresh, LOCK.EXTEND):
@@ -245,19 +319,32 @@ pub fn expiry_changed(ctx: Ctx, db: i32, key: &[u8], expires_at: i64) {
     watch_expiry(ctx, db, key, Some(expires_at));
 }
 
-/// Keeps one timer per queued key, due one millisecond after `expires_at`, at most
-/// `EXPIRY_RECHECK_MS` ahead (`lock::timers`). A timer already due by then is kept.
+/// Watches the expiry of a lock that clients wait for: due one millisecond after
+/// `expires_at`, at most `EXPIRY_RECHECK_MS` ahead (`redis_lock_core::timers`).
 fn watch_expiry(ctx: Ctx, db: i32, key: &[u8], expires_at: Option<i64>) {
-    if waiters(db, key) == 0 {
-        return;
+    if waiters(db, key) > 0 {
+        watch(ctx, db, key, expiry_due(ctx.now_ms(), expires_at));
     }
+}
+
+/// Watches a shared holding that lapses (at `next_lapse`) while others live on.
+pub fn watch_lapse(ctx: Ctx, db: i32, key: &[u8], next_lapse: Option<i64>) {
+    if let Some(at) = next_lapse {
+        watch(ctx, db, key, at.saturating_add(1));
+    }
+}
+
+/// Keeps one timer per watched key, due by `due`. A timer already due by then is
+/// kept: firing early is harmless (it looks again), and keeping it spares a stop and
+/// a create on every refresh or contended acquire.
+fn watch(ctx: Ctx, db: i32, key: &[u8], due: i64) {
     let now = ctx.now_ms();
-    let due = expiry_due(now, expires_at);
-    let current = with(|w| w.queues.expiry_timer(db, key)).flatten();
+    let due = due.min(now.saturating_add(MAX_TIMER_DELAY_MS));
+    let current = with(|w| w.key_timers.get(&(db, Box::from(key))).copied()).flatten();
     if !needs_arming(current, due) {
         return;
     }
-    let job = TimerJob::Expiry {
+    let job = TimerJob::Key {
         db,
         key: key.into(),
         due,
@@ -265,7 +352,7 @@ fn watch_expiry(ctx: Ctx, db: i32, key: &[u8], expires_at: Option<i64>) {
     let Some(id) = ctx.start_timer(delay_until(now, due), job) else {
         return;
     };
-    let replaced = with(|w| w.queues.set_expiry_timer(db, key, Some(Armed { id, due }))).flatten();
+    let replaced = with(|w| w.key_timers.insert((db, key.into()), Armed { id, due })).flatten();
     if let Some(old) = replaced {
         ctx.stop_timer(old.id);
     }
@@ -317,24 +404,25 @@ pub fn timer_fired(ctx: Ctx, job: TimerJob) {
     }
     if ctx.is_replica() {
         // Locks change on a replica only as its master decides: no hand-off, no
-        // take-back here. (Marked keys are dropped below.)
-        with(|w| w.marked.clear());
+        // lapse, no take-back here.
+        with(|w| {
+            w.marked.clear();
+            w.key_timers.clear();
+        });
         return;
     }
     match job {
-        TimerJob::Expiry { db, key, due } => {
-            // This timer is the queue's current one unless a sooner one replaced it
-            // (stopped then) or the queue was dropped and made again since.
+        TimerJob::Key { db, key, due } => {
+            // This timer is the key's current one unless a sooner one replaced it
+            // (stopped then).
             with(|w| {
-                if w.queues
-                    .expiry_timer(db, &key)
-                    .is_some_and(|t| t.due == due)
-                {
-                    w.queues.set_expiry_timer(db, &key, None);
+                let entry = (db, key.clone());
+                if w.key_timers.get(&entry).is_some_and(|t| t.due == due) {
+                    w.key_timers.remove(&entry);
                 }
             });
             if ctx.select_db(db) {
-                hand_off_from_timer(ctx, db, &key);
+                look_at(ctx, db, &key);
             }
         }
         TimerJob::Undelivered { db, key, token } => {
@@ -349,7 +437,7 @@ pub fn timer_fired(ctx: Ctx, job: TimerJob) {
                     continue;
                 }
                 if mark == Mark::Evicted && is_free(ctx, &key) {
-                    answer_all(ctx, db, &key, &Outcome::Error(OOM.into()));
+                    hand_off_refusing(ctx, db, &key, Some(Refusal::OutOfMemory));
                 } else {
                     hand_off_from_timer(ctx, db, &key);
                 }
@@ -359,8 +447,26 @@ pub fn timer_fired(ctx: Ctx, job: TimerJob) {
     }
 }
 
+/// A key timer: removes lapsed shared holdings, hands off, and keeps watching what
+/// still needs it.
+fn look_at(ctx: Ctx, db: i32, key: &[u8]) {
+    if ctx.writes_paused() {
+        watch(ctx, db, key, ctx.now_ms().saturating_add(PAUSED_RETRY_MS));
+        return;
+    }
+    let mut open = OpenKey::write_bytes(ctx, key);
+    if !open.holds_other_type() {
+        settle(ctx, &mut open, Arg::Bytes(key));
+    }
+    let lapse = next_lapse(&open);
+    drop(open);
+    watch_lapse(ctx, db, key, lapse);
+    hand_off_from_timer(ctx, db, key);
+}
+
 fn is_free(ctx: Ctx, key: &[u8]) -> bool {
-    matches!(OpenKey::write_bytes(ctx, key).slot(), Slot::Empty)
+    let open = OpenKey::write_bytes(ctx, key);
+    !open.holds_other_type() && open.lock().is_none()
 }
 
 /// A hand-off from a timer: the lock expired, or DEL, MIGRATE, FLUSHALL… removed it.
@@ -377,27 +483,14 @@ fn hand_off_from_timer(ctx: Ctx, db: i32, key: &[u8]) {
             Some(format!("ASK {slot} {target}"))
         });
         if let Some(redirect) = redirect {
-            answer_all(ctx, db, key, &Outcome::Error(redirect.into()));
+            hand_off_refusing(ctx, db, key, Some(Refusal::Redirect(redirect)));
             return;
         }
     }
     hand_off(ctx, db, key);
 }
 
-/// Answers every waiter on `key` with `outcome`: its queue is gone, with its timer.
-fn answer_all(ctx: Ctx, db: i32, key: &[u8], outcome: &Outcome) {
-    if let Some(timer) = with(|w| w.queues.set_expiry_timer(db, key, None)).flatten() {
-        ctx.stop_timer(timer.id);
-    }
-    let mut sent = 0;
-    while let Some(waiter) = with(|w| w.queues.pop_front(db, key)).flatten() {
-        waiter.handle.answer(outcome.clone());
-        sent += 1;
-    }
-    STATS.waiters.sub(sent);
-}
-
-/// Deletes the lock at `key` if it is still the grant with `token`, then hands it on.
+/// Removes the holding with `token` at `key`, if it is still there, then hands on.
 fn take_back(ctx: Ctx, db: i32, key: &[u8], token: i64) {
     if ctx.writes_paused() {
         let key = key.into();
@@ -405,12 +498,32 @@ fn take_back(ctx: Ctx, db: i32, key: &[u8], token: i64) {
         return;
     }
     let mut open = OpenKey::write_bytes(ctx, key);
-    let ours = matches!(open.slot(), Slot::Lock(lock) if lock.token() == token);
-    if ours && open.delete() {
-        drop(open);
-        propagate::release(ctx, Arg::Bytes(key));
-        hand_off(ctx, db, key);
+    let owner: Option<(Box<[u8]>, Mode)> = open.lock().and_then(|lock| {
+        let holder = lock.holders(None).into_iter().find(|h| h.token == token)?;
+        Some((holder.owner.into(), lock.mode()))
+    });
+    let Some((owner, mode)) = owner else {
+        return;
+    };
+    let now = Some(ctx.now_ms());
+    let Ok(plan) = store::release(&mut open, &owner, now) else {
+        return;
+    };
+    let lapse = next_lapse(&open);
+    drop(open);
+    let key_gone = plan == store_plan_delete();
+    match (mode, key_gone) {
+        (Mode::Exclusive, _) => propagate::release(ctx, Arg::Bytes(key)),
+        (Mode::Shared, gone) => {
+            propagate::release_holding(ctx, Arg::Bytes(key), Arg::Bytes(&owner), gone)
+        }
     }
+    watch_lapse(ctx, db, key, lapse);
+    hand_off(ctx, db, key);
+}
+
+fn store_plan_delete() -> redis_lock_core::rules::ReleasePlan {
+    redis_lock_core::rules::ReleasePlan::DeleteKey
 }
 
 /// Marks a key for a look from the zero-delay timer, which is armed once.
@@ -457,8 +570,8 @@ pub fn flushed(db: Option<i32>) {
 
 /// A waiter disconnected, or Redis unblocked it without a timeout (CLIENT UNBLOCK
 /// ERROR, a master turned replica): it leaves the queue. If it had just been granted
-/// the lock but never got the reply, the grant is taken back, so no lock is left
-/// with a client that never learned it holds it. Returns true if it was still
+/// a holding but never got the reply, the grant is taken back, so no holding is left
+/// with a client that never learned it has it. Returns true if it was still
 /// waiting (Redis then needs its handle released; an answered one was released).
 pub fn left(ctx: Ctx, handle: Blocked) -> bool {
     let was_waiting = with(|w| w.queues.remove(handle)).flatten().is_some();

@@ -1,20 +1,20 @@
 //! redis-lock: distributed-lock commands for Redis (LOCK.ACQUIRE, LOCK.RELEASE,
 //! LOCK.EXTEND, LOCK.INFO), as a native module.
 //!
-//! Layout: `lock` is the lock itself in plain Rust (rules, tokens, counters);
-//! `commands` parses arguments and applies the rules; `keyspace`, `propagate`,
-//! `events` and `observe` say what the module does with keys, replication, keyspace
-//! events and INFO; `cluster` reads the cluster's view of a slot; `ffi` is the only
-//! code that calls the Redis C API.
+//! Layout: the lock itself is the crate `redis_lock_core` (holdings, rules,
+//! hand-offs, tokens, queues, argument parsing), plain Rust without the Redis API.
+//! This crate is the glue that applies it in Redis: `commands` (one file per
+//! command), `blocking` (waiters and timers), `keyspace` (the data type's meaning),
+//! `propagate` (replication and keyspace events), `events` (locks leaving the
+//! keyspace), `observe` (INFO and warnings), `state` (settings and counters); `ffi`
+//! is the only code that calls the Redis C API.
 
 pub mod blocking;
-pub mod cluster;
 pub mod commands;
 pub mod events;
 pub mod fault;
 pub mod ffi;
 pub mod keyspace;
-pub mod lock;
 pub mod observe;
 pub mod propagate;
 pub mod state;

@@ -15,22 +15,27 @@
 
 use crate::ffi::{Arg, Ctx, EventClass};
 use crate::keyspace::APPLY_COMMAND;
+use redis_lock_core::Mode;
 
 /// The event of a grant, on the master and wherever LOCK.APPLY runs.
 const GRANT_EVENT: &std::ffi::CStr = c"lock.acquire";
 
-/// A fresh grant: `LOCK.APPLY key owner token PXAT expires_at`.
-pub fn grant(ctx: Ctx, key: Arg<'_>, owner: Arg<'_>, token: i64, expires_at: i64) {
-    ctx.replicate(
-        APPLY_COMMAND,
-        &[
-            key,
-            owner,
-            Arg::Int(token),
-            Arg::Bytes(b"PXAT"),
-            Arg::Int(expires_at),
-        ],
-    );
+/// A fresh grant: `LOCK.APPLY key owner token PXAT expires_at [SHARED]`.
+pub fn grant(ctx: Ctx, key: Arg<'_>, owner: Arg<'_>, token: i64, expires_at: i64, mode: Mode) {
+    let head = [
+        key,
+        owner,
+        Arg::Int(token),
+        Arg::Bytes(b"PXAT"),
+        Arg::Int(expires_at),
+    ];
+    match mode {
+        Mode::Exclusive => ctx.replicate(APPLY_COMMAND, &head),
+        Mode::Shared => {
+            let [k, o, t, p, at] = head;
+            ctx.replicate(APPLY_COMMAND, &[k, o, t, p, at, Arg::Bytes(b"SHARED")]);
+        }
+    }
     ctx.notify(EventClass::Module, GRANT_EVENT, key);
 }
 
@@ -40,20 +45,67 @@ pub fn applied(ctx: Ctx, key: Arg<'_>) {
     ctx.notify(EventClass::Module, GRANT_EVENT, key);
 }
 
-/// A new expiry of a held lock (refresh by its holder, EXTEND).
-pub fn expiry(ctx: Ctx, key: Arg<'_>, expires_at: i64) {
-    ctx.replicate(c"PEXPIREAT", &[key, Arg::Int(expires_at)]);
+/// A new expiry of a holding (a refresh by its holder, EXTEND): for an exclusive
+/// lock, the key's (`PEXPIREAT`); for a shared holding, the holding again, with its
+/// token and new expiry (`LOCK.APPLY … SHARED`, after which the key expires with its
+/// last holding).
+pub fn expiry(
+    ctx: Ctx,
+    key: Arg<'_>,
+    owner: Arg<'_>,
+    token: i64,
+    expires_at: i64,
+    key_expires_at: i64,
+    mode: Mode,
+) {
+    match mode {
+        Mode::Exclusive => ctx.replicate(c"PEXPIREAT", &[key, Arg::Int(key_expires_at)]),
+        Mode::Shared => ctx.replicate(
+            APPLY_COMMAND,
+            &[
+                key,
+                owner,
+                Arg::Int(token),
+                Arg::Bytes(b"PXAT"),
+                Arg::Int(expires_at),
+                Arg::Bytes(b"SHARED"),
+            ],
+        ),
+    }
     ctx.notify(EventClass::Generic, c"expire", key);
 }
 
-/// A release by its holder, by the command that made it (see above).
-pub fn release_as_called(ctx: Ctx, key: Arg<'_>) {
+/// A release by its holder, by the command that made it (see above). `key_gone`:
+/// it was the last holding.
+pub fn release_as_called(ctx: Ctx, key: Arg<'_>, key_gone: bool) {
     ctx.replicate_verbatim();
-    ctx.notify(EventClass::Generic, c"del", key);
+    if key_gone {
+        ctx.notify(EventClass::Generic, c"del", key);
+    } else {
+        ctx.notify(EventClass::Module, c"lock.release", key);
+    }
+}
+
+/// A shared holding the module removed on its own, as its expiry passed while other
+/// holdings live on: `LOCK.RELEASE key owner`, which replicas and the AOF (never
+/// judging time themselves) apply as the master did.
+pub fn lapsed(ctx: Ctx, key: Arg<'_>, owner: Arg<'_>) {
+    ctx.replicate(c"LOCK.RELEASE", &[key, owner]);
+    ctx.notify(EventClass::Module, c"lock.expired", key);
 }
 
 /// A release the module made on its own (a grant taken back): the key is gone.
 pub fn release(ctx: Ctx, key: Arg<'_>) {
     ctx.replicate(c"DEL", &[key]);
     ctx.notify(EventClass::Generic, c"del", key);
+}
+
+/// A grant taken back from one of a key's shared holders: `LOCK.RELEASE key owner`.
+pub fn release_holding(ctx: Ctx, key: Arg<'_>, owner: Arg<'_>, key_gone: bool) {
+    ctx.replicate(c"LOCK.RELEASE", &[key, owner]);
+    if key_gone {
+        ctx.notify(EventClass::Generic, c"del", key);
+    } else {
+        ctx.notify(EventClass::Module, c"lock.release", key);
+    }
 }

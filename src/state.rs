@@ -6,8 +6,8 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use crate::commands::args::{parse_i64, Limits};
-use crate::lock::{Stats, TokenMint};
+use redis_lock_core::args::{parse_i64, Limits};
+use redis_lock_core::{Stats, TokenMint};
 
 pub static MINT: TokenMint = TokenMint::new();
 pub static STATS: Stats = Stats::new();

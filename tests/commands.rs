@@ -135,7 +135,18 @@ fn info_is_a_map_in_resp3_and_a_flat_array_in_resp2() {
     let Value::Array(items) = &v2 else {
         panic!("RESP2 LOCK.INFO is {v2:?}")
     };
-    assert_eq!(items.len(), 8);
+    // Version 1's owner, ttl, token and waiters come first, as before; then mode and
+    // holders.
+    assert_eq!(items.len(), 12);
+    let names: Vec<String> = items
+        .iter()
+        .step_by(2)
+        .map(|name| redis::from_redis_value(name.clone()).unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["owner", "ttl", "token", "waiters", "mode", "holders"]
+    );
     let info2 = LockInfo::from_value(v2.clone()).unwrap();
 
     let mut con3 = server.resp3_connection();
@@ -144,6 +155,8 @@ fn info_is_a_map_in_resp3_and_a_flat_array_in_resp2() {
     let info3 = LockInfo::from_value(v3).unwrap();
 
     for info in [info2, info3] {
+        assert_eq!(info.mode, "exclusive");
+        assert_eq!(info.holders.len(), 1);
         assert_eq!(info.owner, b"a");
         assert_eq!(info.token, token);
         assert_eq!(info.waiters, 0);

@@ -60,26 +60,37 @@ LOCK.ACQUIRE report worker-2 0
         "(nil)".to_string(),
         "(integer) 0".to_string(),
         "(integer) 1".to_string(),
-        "1) \"owner\"".to_string(),
-        "2) \"worker-1\"".to_string(),
-        "3) \"ttl\"".to_string(),
+        " 1) \"owner\"".to_string(),
+        " 2) \"worker-1\"".to_string(),
+        " 3) \"ttl\"".to_string(),
     ];
     assert_eq!(lines[..8], expected_head, "{lines:#?}");
-    assert!(lines[8].starts_with("4) (integer) "), "{lines:#?}");
-    assert_eq!(lines[9], "5) \"token\"");
-    assert_eq!(lines[10], format!("6) (integer) {token}"));
-    assert_eq!(lines[11..13], ["7) \"waiters\"", "8) (integer) 0"]);
-    assert_eq!(lines[13..16], ["(integer) 0", "(integer) 1", "(nil)"]);
-    let next: i64 = lines[16]
+    assert!(lines[8].starts_with(" 4) (integer) "), "{lines:#?}");
+    assert_eq!(lines[9], " 5) \"token\"");
+    assert_eq!(lines[10], format!(" 6) (integer) {token}"));
+    assert_eq!(lines[11..13], [" 7) \"waiters\"", " 8) (integer) 0"]);
+    assert_eq!(
+        lines[13..17],
+        [
+            " 9) \"mode\"",
+            "10) \"exclusive\"",
+            "11) \"holders\"",
+            "12) 1) 1) \"owner\""
+        ]
+    );
+    assert_eq!(lines[17], "       2) \"worker-1\"");
+    assert_eq!(lines[21], format!("       6) (integer) {token}"));
+    assert_eq!(lines[22..25], ["(integer) 0", "(integer) 1", "(nil)"]);
+    let next: i64 = lines[25]
         .strip_prefix("(integer) ")
         .and_then(|t| t.parse().ok())
         .unwrap();
     assert!(next > token);
     assert!(
-        lines[17].starts_with("(error) ERR invalid ttl"),
+        lines[26].starts_with("(error) ERR invalid ttl"),
         "{lines:#?}"
     );
-    assert_eq!(lines.len(), 18, "{lines:#?}");
+    assert_eq!(lines.len(), 27, "{lines:#?}");
 }
 
 #[test]

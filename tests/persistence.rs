@@ -191,9 +191,11 @@ fn a_corrupt_restore_payload_is_refused_and_the_server_stays_up() {
     acquire(&mut con, "k", "owner-1", 60_000).unwrap();
     let payload: Vec<u8> = query(&mut con, &["DUMP", "k"]).unwrap();
     let value = &payload[..payload.len() - 10];
-    // The value ends with the token (an opcode, then 0x81 and 8 bytes: tokens are
-    // above 2^32) and the module data's end opcode (0).
-    let token_at = value.len() - 11;
+    // Encoding version 2 ends with the token (an opcode, then 0x81 and 8 bytes:
+    // tokens are above 2^32), the expiry (an opcode and 0: an exclusive holding's
+    // expiry is the key's) and the module data's end opcode (0). Mode and count are
+    // the two integers after the module id.
+    let token_at = value.len() - 13;
     assert_eq!(value[token_at + 1], 0x81, "{value:?}");
     let resealed: Vec<u8> = sealed(value, &payload);
     assert_eq!(resealed, payload, "the test seals payloads as Redis does");
@@ -202,7 +204,21 @@ fn a_corrupt_restore_payload_is_refused_and_the_server_stays_up() {
     wrong_opcode[token_at] = 5; // a string where the token's integer is
     let mut zero_token = value.to_vec();
     zero_token[token_at + 2..token_at + 10].fill(0);
+    let mut unknown_mode = value.to_vec();
+    unknown_mode[11] = 7;
+    let mut no_holding = value.to_vec();
+    no_holding[13] = 0;
+    // A count of 2^40 holdings with one behind it: refused, nothing reserved for it.
+    let huge_count = [
+        &value[..12],
+        &[0x81, 0, 0, 1, 0, 0, 0, 0, 0][..],
+        &value[14..],
+    ]
+    .concat();
     let corrupt = [
+        ("an unknown mode", unknown_mode),
+        ("no holding", no_holding),
+        ("2^40 holdings", huge_count),
         ("no token", [&value[..token_at], &[0][..]].concat()),
         ("a string for the token", wrong_opcode),
         ("a token of 0", zero_token),

@@ -611,7 +611,7 @@ fn waiters_get_an_error_when_no_token_is_left_and_the_server_stays_up() {
     for w in waiters {
         let error = w.join().unwrap().unwrap_err();
         assert!(
-            error.to_string().contains("could not be granted"),
+            error.to_string().contains("tokens are exhausted"),
             "{error}"
         );
     }

@@ -114,6 +114,13 @@ pub struct RunArgs {
     /// The owner id to hold the lock as (default: a fresh UUID).
     #[arg(long)]
     pub owner: Option<String>,
+    /// Take a shared holding (a read lock): runs beside other shared holders, never
+    /// beside an exclusive one.
+    #[arg(long, conflicts_with = "limit")]
+    pub shared: bool,
+    /// Take one of N shared holdings (a semaphore: at most N commands at once).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(redis_lock_client::MAX_PERMITS)))]
+    pub limit: Option<u32>,
     /// The lock's key.
     pub key: String,
     /// The command and its arguments, after `--`.

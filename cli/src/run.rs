@@ -27,6 +27,11 @@ pub async fn run<K: Connector>(locks: LockClient<K>, args: RunArgs, events: Even
     };
     let wait = args.wait.unwrap_or(Wait::No);
     let mut request = Request::new(&args.key, args.ttl).wait(wait);
+    if let Some(permits) = args.limit {
+        request = request.limit(permits);
+    } else if args.shared {
+        request = request.shared();
+    }
     if let Some(owner) = &args.owner {
         request = request.owner(owner.as_str());
     }

@@ -510,3 +510,97 @@ fn in_a_cluster_the_lock_is_taken_on_the_keys_node() {
         .unwrap();
     assert!(String::from_utf8_lossy(&free.stdout).contains(r#""held":false"#));
 }
+
+/// The most children that ran at the same time, from their `start`/`end` lines.
+fn most_at_once(log: &Path) -> usize {
+    let (mut running, mut most) = (0usize, 0usize);
+    let mut events: Vec<(u128, i32)> = read(log)
+        .lines()
+        .map(|l| {
+            let (what, at) = l.split_once(' ').unwrap();
+            (at.parse().unwrap(), if what == "start" { 1 } else { -1 })
+        })
+        .collect();
+    // An end and a start at the same instant: the end first.
+    events.sort();
+    for (_, step) in events {
+        running = running.saturating_add_signed(step as isize);
+        most = most.max(running);
+    }
+    most
+}
+
+#[test]
+fn with_limit_3_eight_runs_never_run_more_than_3_children_at_once() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let script = format!(
+        "echo start $(date +%s%N) >> {log}; sleep 0.3; echo end $(date +%s%N) >> {log}",
+        log = log.display()
+    );
+    let runs: Vec<Child> = (0..8)
+        .map(|_| {
+            run(
+                &server.url(),
+                &["--limit", "3", "--wait", "30s"],
+                "exports",
+                &script,
+            )
+        })
+        .collect();
+    for child in runs {
+        let output = finish(child);
+        assert!(output.status.success(), "{}", stderr(&output));
+    }
+    assert_eq!(read(&log).lines().count(), 16, "all eight ran");
+    let most = most_at_once(&log);
+    assert!((2..=3).contains(&most), "{most} children at once");
+    assert!(!held(&server, "exports"));
+}
+
+#[test]
+fn shared_runs_run_together_and_an_exclusive_run_waits_for_them() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let script = format!(
+        "echo start $(date +%s%N) >> {log}; sleep 0.5; echo end $(date +%s%N) >> {log}",
+        log = log.display()
+    );
+    let readers: Vec<Child> = (0..3)
+        .map(|_| run(&server.url(), &["--shared"], "catalog", &script))
+        .collect();
+    common::wait_until(Duration::from_secs(5), || {
+        server
+            .connection()
+            .lock_info("catalog")
+            .unwrap()
+            .is_some_and(|i| i.holders.len() == 3)
+    });
+    let busy = finish(run(&server.url(), &[], "catalog", "true"));
+    assert_eq!(
+        busy.status.code(),
+        Some(75),
+        "a writer is busy while readers run"
+    );
+    let writer = run(&server.url(), &["--wait", "20s"], "catalog", &script);
+    for reader in readers {
+        assert!(finish(reader).status.success());
+    }
+    assert!(finish(writer).status.success());
+    let lines = read(&log);
+    assert_eq!(lines.lines().count(), 8);
+    assert_eq!(most_at_once(&log), 3, "the readers ran together");
+    let last_start = lines.lines().rfind(|l| l.starts_with("start")).unwrap();
+    let first_ends: Vec<&str> = lines
+        .lines()
+        .filter(|l| l.starts_with("end"))
+        .take(3)
+        .collect();
+    let at = |l: &str| -> u128 { l.split_once(' ').unwrap().1.parse().unwrap() };
+    assert!(
+        first_ends.iter().all(|e| at(e) <= at(last_start)),
+        "the writer ran after every reader"
+    );
+}

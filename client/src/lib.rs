@@ -62,6 +62,6 @@ pub use lease::{margin, LockLost};
 pub use lock::{Holder, Lock, LockInfo, Mode, Owner};
 pub use redlock::{MultiLock, Redlock};
 pub use renew::{AsyncRenewer, Renewer, STOP_LIMIT};
-pub use request::{Durable, Request, Retry, Wait, MAX_MILLIS};
+pub use request::{Durable, Request, Retry, Wait, MAX_MILLIS, MAX_PERMITS};
 pub use sentinel::Sentinel;
 pub use sync::{LockCommands, LockGuard, Locked};

@@ -112,7 +112,13 @@ pub struct Request {
     pub(crate) durable: Option<Durable>,
     /// The owner came from the caller, who may hold the lock under it already.
     pub(crate) owner_given: bool,
+    /// A shared holding (`SHARED`), bounded to `limit` holders (`LIMIT n`) if set.
+    pub(crate) shared: bool,
+    pub(crate) limit: Option<u32>,
 }
+
+/// The most permits `LIMIT` takes: 2^31.
+pub const MAX_PERMITS: u32 = 1 << 31;
 
 /// How many replicas must acknowledge a grant, and how long to wait for them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,7 +140,39 @@ impl Request {
             retry: Retry::default(),
             durable: None,
             owner_given: false,
+            shared: false,
+            limit: None,
         }
+    }
+
+    /// Asks for a shared holding (a read lock): granted beside other shared ones,
+    /// never beside an exclusive one. Each holding has its own lease and token.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use redis_lock_client::Request;
+    /// let read = Request::new("catalog", Duration::from_secs(10)).shared();
+    /// ```
+    pub fn shared(mut self) -> Self {
+        self.shared = true;
+        self
+    }
+
+    /// Asks for one of `permits` shared holdings (a counting semaphore: at most
+    /// `permits` owners hold the key at once). Implies [`Request::shared`]. The
+    /// limit belongs to this request, not to the key: requests that disagree on it
+    /// each get their own applied. From 1 to 2^31; anything else is
+    /// [`Error::InvalidArgument`] before anything is sent.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use redis_lock_client::Request;
+    /// let export = Request::new("exports", Duration::from_secs(60)).limit(5);
+    /// ```
+    pub fn limit(mut self, permits: u32) -> Self {
+        self.shared = true;
+        self.limit = Some(permits);
+        self
     }
 
     /// Holds the lock only once `replicas` replicas acknowledge the grant (Redis's
@@ -198,13 +236,27 @@ impl Request {
         &self.owner
     }
 
-    /// `LOCK.ACQUIRE key owner ttl [WAIT ms]`, or the error that keeps it from being
-    /// sent.
+    /// `LOCK.ACQUIRE key owner ttl [SHARED | LIMIT n] [WAIT ms]`, or the error that
+    /// keeps it from being sent.
     pub(crate) fn command(&self) -> Result<Cmd> {
         let mut cmd = redis::cmd("LOCK.ACQUIRE");
         cmd.arg(&self.key)
             .arg(&self.owner)
             .arg(ttl_millis(self.ttl)?);
+        match self.limit {
+            Some(permits) if (1..=MAX_PERMITS).contains(&permits) => {
+                cmd.arg("LIMIT").arg(permits);
+            }
+            Some(permits) => {
+                return Err(Error::InvalidArgument(format!(
+                    "limit {permits}: a semaphore has from 1 to {MAX_PERMITS} permits"
+                )))
+            }
+            None if self.shared => {
+                cmd.arg("SHARED");
+            }
+            None => {}
+        }
         if let Some(ms) = self.wait.millis()? {
             cmd.arg("WAIT").arg(ms);
         }

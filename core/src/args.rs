@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use crate::holdings::Kind;
+
 /// Settings that bound what a command may ask for (`lock.max-ttl`, `lock.max-owner-len`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -22,13 +24,17 @@ pub enum Wait {
     Millis(i64),
 }
 
-/// `LOCK.ACQUIRE key owner ttl [WAIT timeout]`, without the key.
+/// `LOCK.ACQUIRE key owner ttl [SHARED | LIMIT n] [WAIT timeout]`, without the key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AcquireArgs<'a> {
     pub owner: &'a [u8],
     pub ttl: i64,
+    pub kind: Kind,
     pub wait: Option<Wait>,
 }
+
+/// The largest `LIMIT`: 2^31 permits.
+pub const MAX_LIMIT: u32 = 1 << 31;
 
 /// `LOCK.EXTEND key owner ttl`, without the key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,12 +43,14 @@ pub struct ExtendArgs<'a> {
     pub ttl: i64,
 }
 
-/// `LOCK.APPLY key owner token [PXAT unix-ms]`, without the key.
+/// `LOCK.APPLY key owner token [PXAT unix-ms] [SHARED] [MARK n]`, without the key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ApplyArgs<'a> {
     pub owner: &'a [u8],
     pub token: i64,
     pub expires_at: Option<i64>,
+    /// A shared holding, added beside the key's others (or replacing the owner's).
+    pub shared: bool,
     /// The server's token mark, from a pure-AOF rewrite.
     pub mark: Option<i64>,
 }
@@ -71,6 +79,7 @@ pub enum ArgError {
     RepeatedOption(&'static str),
     BadToken,
     BadExpiry,
+    BadLimit,
 }
 
 impl fmt::Display for ArgError {
@@ -103,6 +112,10 @@ impl fmt::Display for ArgError {
                 write!(f, "ERR syntax error: option {option} given more than once")
             }
             ArgError::BadToken => write!(f, "ERR invalid token: expected a positive integer"),
+            ArgError::BadLimit => write!(
+                f,
+                "ERR invalid limit: expected an integer from 1 to {MAX_LIMIT}"
+            ),
             ArgError::BadExpiry => write!(
                 f,
                 "ERR invalid PXAT: expected a positive integer of Unix milliseconds"
@@ -183,22 +196,56 @@ pub fn parse_acquire<'a>(args: &[&'a [u8]], limits: &Limits) -> Result<AcquireAr
     };
     let owner = parse_owner(owner)?;
     let ttl = parse_ttl(ttl, limits)?;
-    let mut wait = None;
+    let (mut wait, mut shared, mut limit) = (None, false, None);
     let mut rest = options;
     while let [name, tail @ ..] = rest {
-        if !name.eq_ignore_ascii_case(b"WAIT") {
+        if name.eq_ignore_ascii_case(b"SHARED") {
+            if shared {
+                return Err(ArgError::RepeatedOption("SHARED"));
+            }
+            shared = true;
+            rest = tail;
+            continue;
+        }
+        let option = if name.eq_ignore_ascii_case(b"WAIT") {
+            "WAIT"
+        } else if name.eq_ignore_ascii_case(b"LIMIT") {
+            "LIMIT"
+        } else {
             return Err(ArgError::UnknownOption(printable(name)));
-        }
-        let [value, tail @ ..] = tail else {
-            return Err(ArgError::MissingValue("WAIT"));
         };
-        if wait.is_some() {
-            return Err(ArgError::RepeatedOption("WAIT"));
+        let [value, tail @ ..] = tail else {
+            return Err(ArgError::MissingValue(option));
+        };
+        if option == "WAIT" {
+            if wait.is_some() {
+                return Err(ArgError::RepeatedOption("WAIT"));
+            }
+            wait = Some(parse_timeout(value)?);
+        } else {
+            if limit.is_some() {
+                return Err(ArgError::RepeatedOption("LIMIT"));
+            }
+            let n = parse_positive(value)
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|n| *n <= MAX_LIMIT)
+                .ok_or(ArgError::BadLimit)?;
+            limit = Some(n);
         }
-        wait = Some(parse_timeout(value)?);
         rest = tail;
     }
-    Ok(AcquireArgs { owner, ttl, wait })
+    // `LIMIT n` implies SHARED; `SHARED LIMIT n` is the same request.
+    let kind = if shared || limit.is_some() {
+        Kind::Shared { limit }
+    } else {
+        Kind::Exclusive
+    };
+    Ok(AcquireArgs {
+        owner,
+        ttl,
+        kind,
+        wait,
+    })
 }
 
 /// `owner ttl`: the arguments of LOCK.EXTEND after the key.
@@ -228,10 +275,19 @@ pub fn parse_apply<'a>(args: &[&'a [u8]]) -> Result<ApplyArgs<'a>, ArgError> {
         owner: parse_owner(owner)?,
         token: parse_positive(token).ok_or(ArgError::BadToken)?,
         expires_at: None,
+        shared: false,
         mark: None,
     };
     let mut rest = options;
     while let [name, tail @ ..] = rest {
+        if name.eq_ignore_ascii_case(b"SHARED") {
+            if request.shared {
+                return Err(ArgError::RepeatedOption("SHARED"));
+            }
+            request.shared = true;
+            rest = tail;
+            continue;
+        }
         let (option, slot) = if name.eq_ignore_ascii_case(b"PXAT") {
             ("PXAT", &mut request.expires_at)
         } else if name.eq_ignore_ascii_case(b"MARK") {
@@ -252,6 +308,10 @@ pub fn parse_apply<'a>(args: &[&'a [u8]]) -> Result<ApplyArgs<'a>, ArgError> {
         };
         *slot = Some(parse_positive(value).ok_or(bad)?);
         rest = tail;
+    }
+    if request.shared && request.expires_at.is_none() {
+        // A shared holding has its own expiry; it cannot be replayed without it.
+        return Err(ArgError::MissingValue("PXAT"));
     }
     Ok(request)
 }
@@ -298,6 +358,7 @@ mod tests {
             AcquireArgs {
                 owner: b"me",
                 ttl: 100,
+                kind: Kind::Exclusive,
                 wait: None
             }
         );
@@ -305,6 +366,56 @@ mod tests {
         assert_eq!(args.wait, Some(Wait::Forever));
         let args = parse_acquire(&[b"me", b"100", b"WAIT", b"250"], &LIMITS).unwrap();
         assert_eq!(args.wait, Some(Wait::Millis(250)));
+    }
+
+    #[test]
+    fn acquire_reads_shared_and_limit_in_any_order_with_wait() {
+        let kind = |args: &[&[u8]]| parse_acquire(args, &LIMITS).map(|a| a.kind);
+        assert_eq!(
+            kind(&[b"me", b"1", b"shared"]),
+            Ok(Kind::Shared { limit: None })
+        );
+        assert_eq!(
+            kind(&[b"me", b"1", b"LIMIT", b"5"]),
+            Ok(Kind::Shared { limit: Some(5) })
+        );
+        assert_eq!(
+            kind(&[b"me", b"1", b"LIMIT", b"5", b"WAIT", b"10", b"SHARED"]),
+            Ok(Kind::Shared { limit: Some(5) }),
+            "SHARED LIMIT n is one request"
+        );
+        assert_eq!(
+            kind(&[b"me", b"1", b"LIMIT", b"2147483648"]),
+            Ok(Kind::Shared {
+                limit: Some(MAX_LIMIT)
+            })
+        );
+        for bad in [
+            &b"0"[..],
+            b"-1",
+            b"2147483649",
+            b"x",
+            b"1.5",
+            b"99999999999",
+        ] {
+            assert_eq!(
+                kind(&[b"me", b"1", b"LIMIT", bad]),
+                Err(ArgError::BadLimit),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            kind(&[b"me", b"1", b"LIMIT"]),
+            Err(ArgError::MissingValue("LIMIT"))
+        );
+        assert_eq!(
+            kind(&[b"me", b"1", b"SHARED", b"SHARED"]),
+            Err(ArgError::RepeatedOption("SHARED"))
+        );
+        assert_eq!(
+            kind(&[b"me", b"1", b"LIMIT", b"2", b"limit", b"3"]),
+            Err(ArgError::RepeatedOption("LIMIT"))
+        );
     }
 
     #[test]
@@ -425,6 +536,7 @@ mod tests {
                 owner: b"me",
                 token: 42,
                 expires_at: Some(1_700_000_000_000),
+                shared: false,
                 mark: None,
             })
         );
@@ -440,6 +552,15 @@ mod tests {
         assert_eq!(
             parse_apply(&[b"me", b"42", b"MARK", b"-1"]),
             Err(ArgError::BadToken)
+        );
+        assert_eq!(
+            parse_apply(&[b"me", b"42", b"SHARED", b"PXAT", b"9"])
+                .map(|a| (a.shared, a.expires_at)),
+            Ok((true, Some(9)))
+        );
+        assert_eq!(
+            parse_apply(&[b"me", b"42", b"SHARED"]),
+            Err(ArgError::MissingValue("PXAT"))
         );
         assert_eq!(parse_apply(&[b"me", b"42"]).map(|a| a.expires_at), Ok(None));
         assert_eq!(parse_apply(&[b"me", b"0"]), Err(ArgError::BadToken));

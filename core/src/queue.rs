@@ -16,7 +16,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 
 use crate::holdings::{Kind, Mode};
-use crate::timers::Armed;
 
 /// One blocked client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +37,7 @@ impl<W> Waiter<W> {
     }
 }
 
-/// The waiters of one key and the timer that watches the key's expiry.
+/// The waiters of one key.
 #[derive(Debug)]
 struct Queue<W> {
     /// By arrival number: the first entry is the longest-waiting client.
@@ -46,7 +45,6 @@ struct Queue<W> {
     /// The arrival numbers of each owner's waiters (more than one when a client
     /// retries its WAIT while the first is still queued).
     by_owner: HashMap<Box<[u8]>, Vec<u64>>,
-    expiry_timer: Option<Armed>,
 }
 
 impl<W> Queue<W> {
@@ -132,7 +130,6 @@ impl<W: Copy + Eq + Hash> Queues<W> {
             .or_insert_with(|| Queue {
                 waiters: BTreeMap::new(),
                 by_owner: HashMap::new(),
-                expiry_timer: None,
             });
         queue
             .by_owner
@@ -219,20 +216,6 @@ impl<W: Copy + Eq + Hash> Queues<W> {
         Some((db, key, waiter))
     }
 
-    /// The expiry timer of `key`'s queue, if it has a queue and a timer.
-    pub fn expiry_timer(&self, db: i32, key: &[u8]) -> Option<Armed> {
-        self.queue(db, key)?.expiry_timer
-    }
-
-    /// Records the expiry timer of `key`'s queue; returns the one it replaces. Does
-    /// nothing (and returns `timer` back) when nobody waits on `key`.
-    pub fn set_expiry_timer(&mut self, db: i32, key: &[u8], timer: Option<Armed>) -> Option<Armed> {
-        match self.queue_mut(db, key) {
-            Some(queue) => std::mem::replace(&mut queue.expiry_timer, timer),
-            None => timer,
-        }
-    }
-
     /// Keys with waiters in `db`, or in every database for `None`.
     pub fn keys(&self, db: Option<i32>) -> Vec<(i32, Box<[u8]>)> {
         self.by_db
@@ -246,8 +229,7 @@ impl<W: Copy + Eq + Hash> Queues<W> {
         let Some(keys) = self.by_db.get_mut(&db) else {
             return;
         };
-        // A queue with no waiters left is dropped, with the timer it held: the glue
-        // stops timers before the last waiter leaves, or lets them find no queue.
+        // A queue with no waiters left is dropped.
         if keys.get(key).is_some_and(|q| q.waiters.is_empty()) {
             keys.remove(key);
         }
@@ -441,20 +423,28 @@ mod tests {
     }
 
     #[test]
-    fn the_expiry_timer_lives_with_the_queue() {
+    fn an_owners_waiters_in_the_other_mode_stay_queued() {
         let mut queues = Queues::new();
-        let armed = |id| Some(Armed { id, due: 100 });
-        assert_eq!(
-            queues.set_expiry_timer(0, b"k", armed(9)),
-            armed(9),
-            "no queue"
-        );
         queues.push(0, b"k", waiter(1, "a"));
-        assert_eq!(queues.set_expiry_timer(0, b"k", armed(7)), None);
-        assert_eq!(queues.expiry_timer(0, b"k"), armed(7));
-        assert_eq!(queues.set_expiry_timer(0, b"k", armed(8)), armed(7));
-        queues.pop_front(0, b"k");
-        assert_eq!(queues.expiry_timer(0, b"k"), None);
+        queues.push(
+            0,
+            b"k",
+            Waiter {
+                kind: Kind::Shared { limit: None },
+                ..waiter(2, "a")
+            },
+        );
+        queues.push(0, b"k", waiter(3, "a"));
+        let taken: Vec<u32> = queues
+            .take_owner(0, b"k", b"a", Mode::Exclusive)
+            .into_iter()
+            .map(|w| w.handle)
+            .collect();
+        assert_eq!(taken, [1, 3]);
+        assert_eq!(queues.front(0, b"k").map(|w| w.handle), Some(2));
+        let shared = queues.take_owner(0, b"k", b"a", Mode::Shared);
+        assert_eq!(shared.len(), 1);
+        assert!(queues.is_empty());
     }
 
     #[test]

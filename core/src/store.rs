@@ -4,7 +4,7 @@
 //! module then tells replicas, the AOF, keyspace-event subscribers and `INFO`.
 
 use crate::handoff::{plan_hand_off, HandOff, Refusal};
-use crate::holdings::{Kind, Lock, Mode};
+use crate::holdings::{holds_at, Kind, Lock, Mode};
 use crate::queue::Queues;
 use crate::rules::{
     plan_acquire, plan_extend, plan_release, Acquire, AcquirePlan, ExtendPlan, LockError,
@@ -63,7 +63,16 @@ fn done(ok: bool) -> Result<(), StoreError> {
 /// lock and from its timer, and propagates each removal, so that replicas, which
 /// never judge time, hold what the master holds.
 pub fn settle(store: &mut impl Store, now_ms: i64) -> Result<Vec<Box<[u8]>>, StoreError> {
-    let Some(lock @ Lock::Shared(_)) = store.lock_mut() else {
+    // Looked at before it is touched: a write through the store is a change of the
+    // key (WATCH, client-side caching), which a settle that finds nothing is not.
+    let any_lapsed = match store.lock() {
+        Some(Lock::Shared(holdings)) => holdings.iter().any(|h| !holds_at(h.expires_at, now_ms)),
+        _ => false,
+    };
+    if !any_lapsed {
+        return Ok(Vec::new());
+    }
+    let Some(lock) = store.lock_mut() else {
         return Ok(Vec::new());
     };
     let lapsed = lock.remove_lapsed(now_ms);
@@ -192,8 +201,7 @@ pub fn extend(
 }
 
 /// A hand-off of the key to its waiters, applied (see [`plan_hand_off`]): every
-/// grant is stored before the step returns. A grant that could not be stored is
-/// moved to the answers, refused.
+/// grant is stored before the step returns.
 pub fn hand_off<W: Copy + Eq + std::hash::Hash>(
     store: &mut impl Store,
     queues: &mut Queues<W>,
@@ -204,6 +212,18 @@ pub fn hand_off<W: Copy + Eq + std::hash::Hash>(
     mint: &TokenMint,
 ) -> Result<HandOff<W>, StoreError> {
     let step = plan_hand_off(queues, db, key, store.lock(), refusal, now_ms, mint);
+    apply_hand_off(store, &step, now_ms)?;
+    Ok(step)
+}
+
+/// Stores the grants of a planned hand-off step, in order: a fresh holding is added
+/// (a new lock for an exclusive one), a refreshed one gets its new expiry; the key
+/// then expires with its last holding.
+pub fn apply_hand_off<W>(
+    store: &mut impl Store,
+    step: &HandOff<W>,
+    now_ms: i64,
+) -> Result<(), StoreError> {
     for grant in &step.grants {
         let key_expires_at = match grant.kind.mode() {
             Mode::Exclusive => grant.expires_at,
@@ -215,7 +235,7 @@ pub fn hand_off<W: Copy + Eq + std::hash::Hash>(
                         .iter()
                         .filter(|h| *h.owner != *grant.owner)
                         .filter_map(|h| h.expires_at)
-                        .filter(|at| *at >= now_ms)
+                        .filter(|at| holds_at(*at, now_ms))
                         .max()
                 })
                 .map_or(grant.expires_at, |rest| rest.max(grant.expires_at)),
@@ -239,7 +259,7 @@ pub fn hand_off<W: Copy + Eq + std::hash::Hash>(
             )?;
         }
     }
-    Ok(step)
+    Ok(())
 }
 
 /// A [`Store`] in memory, with a clock, for tests.

@@ -1,13 +1,14 @@
-//! `LOCK.ACQUIRE key owner ttl [WAIT timeout]`
+//! `LOCK.ACQUIRE key owner ttl [SHARED | LIMIT n] [WAIT timeout]`
 
 use super::args::{parse_acquire, Wait};
 use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
 use crate::blocking;
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Args, Ctx};
-use crate::lock::{plan_acquire, AcquirePlan, Lock};
 use crate::propagate;
 use crate::state::{limits, MINT, STATS};
+use redis_lock_core::rules::{Acquire, AcquirePlan};
+use redis_lock_core::store;
 
 pub const COMMAND: Command = Command {
     name: c"lock.acquire",
@@ -16,61 +17,68 @@ pub const COMMAND: Command = Command {
     arity: -4,
     acl_categories: c"write blocking",
     key_access: KeyAccess::ReadWrite,
-    summary: c"Takes the lock at key for owner with a TTL and replies with its fencing token; null while another owner holds it, or with WAIT, queues until it frees.",
+    summary: c"Takes a holding of the lock at key for owner with a TTL (exclusive, SHARED, or one of LIMIT n) and replies with its fencing token; null while it cannot be granted, or with WAIT, queues until it can.",
     handler: acquire,
 };
 
-fn acquire(ctx: Ctx, args: &Args) -> Reply {
+fn acquire(ctx: Ctx, args: &Args) -> Result<Reply, Reply> {
     let mut buf = [&[][..]; MAX_ARGS];
-    let (key, rest) = match key_and_rest(args, 4, &mut buf) {
-        Ok(parts) => parts,
-        Err(reply) => return reply,
-    };
+    let (key, rest) = key_and_rest(args, 4, &mut buf)?;
     let limits = limits();
-    let request = match parse_acquire(rest, &limits) {
-        Ok(request) => request,
-        Err(error) => return Reply::error(error.to_string()),
-    };
+    let request = parse_acquire(rest, &limits)?;
     crate::fault::check_command(request.owner);
     let key_bytes = key.as_bytes();
     let db = ctx.selected_db();
-    // A free lock with waiters is theirs: hand it to the oldest before looking.
+    // Whatever freed the lock since, its waiters get it before anyone looks.
     blocking::hand_off(ctx, db, key_bytes);
 
     let mut open = OpenKey::write(ctx, key);
-    let plan = match lock_in(open.slot()) {
-        Ok(current) => plan_acquire(
-            current,
-            request.owner,
-            request.ttl,
-            || ctx.now_ms(),
-            &MINT,
-            limits.max_owner_len,
-        ),
-        Err(reply) => return reply,
+    lock_in(&open)?;
+    blocking::settle(ctx, &mut open, Arg::Str(key));
+    let queued = blocking::waiters(db, key_bytes) > 0;
+    let rule = Acquire {
+        owner: request.owner,
+        ttl: request.ttl,
+        kind: request.kind,
     };
+    let now = || ctx.now_ms();
+    let plan = store::acquire(&mut open, rule, queued, now, &MINT, limits.max_owner_len)?;
+    let mode = request.kind.mode();
     match plan {
-        Ok(AcquirePlan::Grant { token, expires_at }) => {
-            if !(open.set_lock(Lock::new(request.owner, token)) && open.set_expires_at(expires_at))
-            {
-                return Reply::error("ERR could not store the lock");
-            }
-            let owner = args.string(2).map_or(Arg::Bytes(request.owner), Arg::Str);
-            propagate::grant(ctx, Arg::Str(key), owner, token, expires_at);
-            STATS.acquisitions.incr();
-            Reply::Integer(token)
-        }
-        Ok(AcquirePlan::Refresh { token, expires_at }) => {
-            if !open.set_expires_at(expires_at) {
-                return Reply::error("ERR could not set the lock's expiry");
-            }
+        AcquirePlan::Grant {
+            token, expires_at, ..
+        } => {
+            let next_lapse = blocking::next_lapse(&open);
             drop(open);
-            propagate::expiry(ctx, Arg::Str(key), expires_at);
-            blocking::expiry_changed(ctx, db, key_bytes, expires_at);
-            STATS.refreshes.incr();
-            Reply::Integer(token)
+            let owner = args.string(2).map_or(Arg::Bytes(request.owner), Arg::Str);
+            propagate::grant(ctx, Arg::Str(key), owner, token, expires_at, mode);
+            STATS.acquisitions.incr();
+            blocking::watch_lapse(ctx, db, key_bytes, next_lapse);
+            Ok(Reply::Integer(token))
         }
-        Ok(AcquirePlan::Busy) => {
+        AcquirePlan::Refresh {
+            token,
+            expires_at,
+            key_expires_at,
+        } => {
+            let next_lapse = blocking::next_lapse(&open);
+            drop(open);
+            let owner = args.string(2).map_or(Arg::Bytes(request.owner), Arg::Str);
+            propagate::expiry(
+                ctx,
+                Arg::Str(key),
+                owner,
+                token,
+                expires_at,
+                key_expires_at,
+                mode,
+            );
+            blocking::expiry_changed(ctx, db, key_bytes, key_expires_at);
+            blocking::watch_lapse(ctx, db, key_bytes, next_lapse);
+            STATS.refreshes.incr();
+            Ok(Reply::Integer(token))
+        }
+        AcquirePlan::Busy => {
             STATS.contended.incr();
             match request.wait {
                 // MULTI, scripts and replicated streams cannot block: as without WAIT.
@@ -81,18 +89,16 @@ fn acquire(ctx: Ctx, args: &Args) -> Reply {
                     };
                     let expiry = open.expires_at();
                     drop(open);
-                    blocking::enqueue(
-                        ctx,
-                        key_bytes,
-                        request.owner,
-                        request.ttl,
+                    let waiting = blocking::Request {
+                        owner: request.owner,
+                        ttl: request.ttl,
+                        kind: request.kind,
                         timeout_ms,
-                        expiry,
-                    )
+                    };
+                    Ok(blocking::enqueue(ctx, key_bytes, waiting, expiry))
                 }
-                _ => Reply::Null,
+                _ => Ok(Reply::Null),
             }
         }
-        Err(error) => error.into(),
     }
 }

@@ -1,30 +1,34 @@
-//! `LOCK.APPLY key owner token [PXAT unix-ms]`: the effect of a grant, as replicas and
-//! the AOF receive it. It stores the lock exactly as given, whatever was at the key,
-//! and raises the token high-water mark, so it gives the same result wherever and
-//! whenever it runs. Accepted only where a master's decision is replayed (the
-//! replication stream from the master, and AOF loading): from any client it is
-//! refused, whatever the client's ACL, since it could hand a key's lock to a forged
-//! owner or push the token mark to its end. Redis 7.0 puts module commands in no ACL
-//! category, so `-@admin` alone would not stop it there.
+//! `LOCK.APPLY key owner token [PXAT unix-ms] [SHARED] [MARK n]`: the effect of a
+//! grant, as replicas and the AOF receive it. Exclusive, it stores the lock exactly
+//! as given, whatever was at the key; `SHARED`, it sets that owner's shared holding
+//! beside the key's others, and the key expires with the last of them. It raises the
+//! token mark, so it gives the same result wherever and whenever it runs.
+//!
+//! Accepted only where a master's decision is replayed (the replication stream from
+//! the master, and AOF loading): from any client it is refused, whatever the
+//! client's ACL, since it could hand a key's lock to a forged owner or push the
+//! token mark to its end. Redis 7.0 puts module commands in no ACL category, so
+//! `-@admin` alone would not stop it there.
 
 use super::args::parse_apply;
 use super::{key_and_rest, Command, KeyAccess, Reply, MAX_ARGS};
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Args, Ctx};
-use crate::lock::Lock;
 use crate::propagate;
 use crate::state::MINT;
+use redis_lock_core::holdings::SharedHolding;
+use redis_lock_core::owner::Owner;
+use redis_lock_core::store::{Store, StoreError};
+use redis_lock_core::Lock;
 
 pub const COMMAND: Command = Command {
     name: c"lock.apply",
-    // `admin`: it sets any owner and token, as RESTORE sets any value; the
-    // replication stream and AOF loading run it whatever the ACLs say.
+    // `admin`: it sets any owner and token, as RESTORE sets any value.
     flags: c"write deny-oom admin",
     arity: -4,
     acl_categories: c"write admin dangerous",
     key_access: KeyAccess::Overwrite,
-    summary:
-        c"Stores a lock with the given owner, token and absolute expiry (replication and AOF).",
+    summary: c"Stores a holding with the given owner, token and absolute expiry (replication and AOF only).",
     handler: apply,
 };
 
@@ -32,32 +36,66 @@ pub const COMMAND: Command = Command {
 pub const REFUSED: &str =
     "ERR LOCK.APPLY is internal: only a master's replication stream and AOF loading may run it; use LOCK.ACQUIRE";
 
-fn apply(ctx: Ctx, args: &Args) -> Reply {
+fn apply(ctx: Ctx, args: &Args) -> Result<Reply, Reply> {
     if !ctx.where_().replaying {
-        return Reply::error(REFUSED);
+        return Err(Reply::error(REFUSED));
     }
     let mut buf = [&[][..]; MAX_ARGS];
-    let (key, rest) = match key_and_rest(args, 4, &mut buf) {
-        Ok(parts) => parts,
-        Err(reply) => return reply,
-    };
-    let request = match parse_apply(rest) {
-        Ok(request) => request,
-        Err(error) => return Reply::error(error.to_string()),
-    };
+    let (key, rest) = key_and_rest(args, 4, &mut buf)?;
+    let request = parse_apply(rest)?;
     MINT.observe(request.token);
     if let Some(mark) = request.mark {
         MINT.observe(mark);
     }
     let mut open = OpenKey::write(ctx, key);
-    if !open.set_lock(Lock::new(request.owner, request.token)) {
-        return Reply::error("ERR could not store the lock");
-    }
-    if let Some(at) = request.expires_at {
-        if !open.set_expires_at(at) {
-            return Reply::error("ERR could not set the lock's expiry");
+    match (request.shared, request.expires_at) {
+        (true, Some(at)) => set_shared(&mut open, request.owner, request.token, at)?,
+        _ => {
+            if !open.set_lock(Lock::exclusive(request.owner, request.token)) {
+                return Err(StoreError.into());
+            }
+            if let Some(at) = request.expires_at {
+                if !open.set_expires_at(at) {
+                    return Err(StoreError.into());
+                }
+            }
         }
     }
+    drop(open);
     propagate::applied(ctx, Arg::Str(key));
-    Reply::Ok
+    Ok(Reply::Ok)
+}
+
+/// Sets `owner`'s shared holding (added, or replacing its token and expiry), then
+/// the key's expiry to the last of its holdings.
+fn set_shared(open: &mut OpenKey, owner: &[u8], token: i64, at: i64) -> Result<(), StoreError> {
+    let added = match open.lock_mut() {
+        Some(Lock::Shared(holdings)) => {
+            match holdings.iter_mut().find(|h| h.owner.as_bytes() == owner) {
+                Some(holding) => {
+                    holding.token = token;
+                    holding.expires_at = at;
+                }
+                None => holdings.push(SharedHolding {
+                    token,
+                    expires_at: at,
+                    owner: Owner::new(owner),
+                }),
+            }
+            true
+        }
+        _ => false,
+    };
+    if !added && !open.put(Lock::shared(owner, token, at)) {
+        return Err(StoreError);
+    }
+    let last = open
+        .lock()
+        .and_then(|lock| lock.key_expiry(None))
+        .unwrap_or(at);
+    if open.set_key_expiry(last) {
+        Ok(())
+    } else {
+        Err(StoreError)
+    }
 }

@@ -5,9 +5,9 @@ use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
 use crate::blocking;
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Args, Ctx};
-use crate::lock::plan_extend;
 use crate::propagate;
 use crate::state::{limits, STATS};
+use redis_lock_core::store;
 
 pub const COMMAND: Command = Command {
     name: c"lock.extend",
@@ -17,37 +17,44 @@ pub const COMMAND: Command = Command {
     arity: 4,
     acl_categories: c"write fast",
     key_access: KeyAccess::ReadWrite,
-    summary: c"Sets the remaining TTL of the lock at key if owner holds it: 1, else 0. Never re-creates an expired lock.",
+    summary: c"Sets the remaining TTL of owner's holding of the lock at key: 1, else 0. Never re-creates an expired holding.",
     handler: extend,
 };
 
-fn extend(ctx: Ctx, args: &Args) -> Reply {
+fn extend(ctx: Ctx, args: &Args) -> Result<Reply, Reply> {
     let mut buf = [&[][..]; MAX_ARGS];
-    let (key, rest) = match key_and_rest(args, 4, &mut buf) {
-        Ok(parts) => parts,
-        Err(reply) => return reply,
-    };
-    let request = match parse_extend(rest, &limits()) {
-        Ok(request) => request,
-        Err(error) => return Reply::error(error.to_string()),
-    };
+    let (key, rest) = key_and_rest(args, 4, &mut buf)?;
+    let request = parse_extend(rest, &limits())?;
     let mut open = OpenKey::write(ctx, key);
-    let plan = match lock_in(open.slot()) {
-        Ok(current) => plan_extend(current, request.owner, request.ttl, ctx.now_ms()),
-        Err(reply) => return reply,
+    lock_in(&open)?;
+    blocking::settle(ctx, &mut open, Arg::Str(key));
+    let token = open_token(&open, request.owner);
+    let Some(plan) = store::extend(&mut open, request.owner, request.ttl, ctx.now_ms())? else {
+        return Ok(Reply::Integer(0));
     };
-    match plan {
-        Ok(Some(expires_at)) => {
-            if !open.set_expires_at(expires_at) {
-                return Reply::error("ERR could not set the lock's expiry");
-            }
-            drop(open);
-            propagate::expiry(ctx, Arg::Str(key), expires_at);
-            blocking::expiry_changed(ctx, ctx.selected_db(), key.as_bytes(), expires_at);
-            STATS.extends.incr();
-            Reply::Integer(1)
-        }
-        Ok(None) => Reply::Integer(0),
-        Err(error) => error.into(),
-    }
+    let next_lapse = blocking::next_lapse(&open);
+    drop(open);
+    let owner = args.string(2).map_or(Arg::Bytes(request.owner), Arg::Str);
+    propagate::expiry(
+        ctx,
+        Arg::Str(key),
+        owner,
+        token,
+        plan.expires_at,
+        plan.key_expires_at,
+        plan.mode,
+    );
+    let db = ctx.selected_db();
+    blocking::expiry_changed(ctx, db, key.as_bytes(), plan.key_expires_at);
+    blocking::watch_lapse(ctx, db, key.as_bytes(), next_lapse);
+    STATS.extends.incr();
+    Ok(Reply::Integer(1))
+}
+
+/// The token of `owner`'s holding, whatever its mode (0 when it has none).
+fn open_token(open: &OpenKey, owner: &[u8]) -> i64 {
+    use redis_lock_core::store::Store;
+    open.lock()
+        .and_then(|lock| lock.token_of(owner, lock.mode()))
+        .unwrap_or(0)
 }

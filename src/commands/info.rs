@@ -1,6 +1,6 @@
 //! `LOCK.INFO key`
 
-use super::{key_and_rest, lock_in, Command, KeyAccess, LockInfo, Reply, MAX_ARGS};
+use super::{key_and_rest, lock_in, Command, HolderInfo, KeyAccess, LockInfo, Reply, MAX_ARGS};
 use crate::blocking;
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Args, Ctx};
@@ -11,28 +11,38 @@ pub const COMMAND: Command = Command {
     arity: 2,
     acl_categories: c"read fast",
     key_access: KeyAccess::Read,
-    summary: c"Describes the lock at key (owner, ttl, token, waiters), or null when it is free.",
+    summary: c"Describes the lock at key (mode, holders with owner, ttl and token, waiters), or null when it is free.",
     handler: info,
 };
 
-fn info(ctx: Ctx, args: &Args) -> Reply {
+fn info(ctx: Ctx, args: &Args) -> Result<Reply, Reply> {
     let mut buf = [&[][..]; MAX_ARGS];
-    let key = match key_and_rest(args, 2, &mut buf) {
-        Ok((key, [])) => key,
-        Ok(_) => return Reply::WrongArity,
-        Err(reply) => return reply,
+    let key = match key_and_rest(args, 2, &mut buf)? {
+        (key, []) => key,
+        _ => return Err(Reply::WrongArity),
     };
     let open = OpenKey::read(ctx, key);
-    match lock_in(open.slot()) {
-        Ok(Some(lock)) => Reply::Info(LockInfo {
-            owner: lock.owner().into(),
-            ttl: open
-                .expires_at()
-                .map_or(-1, |at| at.saturating_sub(ctx.now_ms()).max(0)),
-            token: lock.token(),
-            waiters: blocking::waiters(ctx.selected_db(), key.as_bytes()) as i64,
-        }),
-        Ok(None) => Reply::Null,
-        Err(reply) => reply,
+    let Some(lock) = lock_in(&open)? else {
+        return Ok(Reply::Null);
+    };
+    let now = ctx.now_ms();
+    // A holding whose TTL has lapsed is gone, also on a replica, which keeps it
+    // until its master says it lapsed.
+    let holders: Vec<HolderInfo> = lock
+        .live_holders(open.expires_at(), now)
+        .into_iter()
+        .map(|h| HolderInfo {
+            owner: h.owner.into(),
+            ttl: h.expires_at.map_or(-1, |at| at.saturating_sub(now).max(0)),
+            token: h.token,
+        })
+        .collect();
+    if holders.is_empty() {
+        return Ok(Reply::Null);
     }
+    Ok(Reply::Info(LockInfo {
+        mode: lock.mode(),
+        holders,
+        waiters: blocking::waiters(ctx.selected_db(), key.as_bytes()) as i64,
+    }))
 }

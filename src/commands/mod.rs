@@ -5,16 +5,18 @@
 
 pub mod acquire;
 pub mod apply;
-pub mod args;
 pub mod extend;
 pub mod info;
 pub mod release;
 
 use std::borrow::Cow;
 
-use crate::ffi::key::Slot;
+use crate::ffi::key::{OpenKey, Stored};
 use crate::ffi::{Args, Ctx, RString};
-use crate::lock::{Lock, LockError};
+use redis_lock_core::store::{Failure, StoreError};
+use redis_lock_core::{Lock, LockError, Mode};
+
+pub use redis_lock_core::args;
 
 /// A command as Redis sees it: name, flags, arity, key spec, handler.
 pub struct Command {
@@ -26,7 +28,8 @@ pub struct Command {
     /// ACL categories, set where Redis lets modules set them (7.2 and later).
     pub acl_categories: &'static std::ffi::CStr,
     pub summary: &'static std::ffi::CStr,
-    pub handler: fn(Ctx, &Args) -> Reply,
+    /// The work: `Err` is a reply too (an error, mostly), so handlers can use `?`.
+    pub handler: fn(Ctx, &Args) -> Result<Reply, Reply>,
 }
 
 /// How a command uses its key, for the key spec (cluster routing, ACL key patterns).
@@ -68,11 +71,19 @@ pub enum Reply {
 /// The fields of LOCK.INFO.
 #[derive(Debug, PartialEq, Eq)]
 pub struct LockInfo {
+    pub mode: Mode,
+    /// Oldest first.
+    pub holders: Vec<HolderInfo>,
+    pub waiters: i64,
+}
+
+/// One holding in LOCK.INFO.
+#[derive(Debug, PartialEq, Eq)]
+pub struct HolderInfo {
     pub owner: Box<[u8]>,
     /// Milliseconds left, -1 when the key has no expiry.
     pub ttl: i64,
     pub token: i64,
-    pub waiters: i64,
 }
 
 pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
@@ -92,17 +103,49 @@ impl Reply {
             Reply::Error(text) => ctx.reply_error(text),
             Reply::WrongArity => ctx.reply_wrong_arity(),
             Reply::Blocked => {}
-            Reply::Info(info) => {
-                ctx.reply_map(4);
-                ctx.reply_bulk(b"owner");
-                ctx.reply_bulk(&info.owner);
-                ctx.reply_bulk(b"ttl");
-                ctx.reply_integer(info.ttl);
-                ctx.reply_bulk(b"token");
-                ctx.reply_integer(info.token);
-                ctx.reply_bulk(b"waiters");
-                ctx.reply_integer(info.waiters);
-            }
+            Reply::Info(info) => info.send(ctx),
+        }
+    }
+}
+
+impl HolderInfo {
+    fn send(&self, ctx: Ctx) {
+        ctx.reply_map(3);
+        ctx.reply_bulk(b"owner");
+        ctx.reply_bulk(&self.owner);
+        ctx.reply_bulk(b"ttl");
+        ctx.reply_integer(self.ttl);
+        ctx.reply_bulk(b"token");
+        ctx.reply_integer(self.token);
+    }
+}
+
+impl LockInfo {
+    /// A map (RESP3) or flat field/value array (RESP2): `mode`, `holders` (each a
+    /// map of `owner`, `ttl`, `token`) and `waiters`; an exclusive lock starts with
+    /// its holding's `owner`, `ttl` and `token` as version 1 of the reply had them.
+    fn send(&self, ctx: Ctx) {
+        let single = match (self.mode, self.holders.as_slice()) {
+            (Mode::Exclusive, [holder]) => Some(holder),
+            _ => None,
+        };
+        ctx.reply_map(if single.is_some() { 6 } else { 3 });
+        if let Some(holder) = single {
+            ctx.reply_bulk(b"owner");
+            ctx.reply_bulk(&holder.owner);
+            ctx.reply_bulk(b"ttl");
+            ctx.reply_integer(holder.ttl);
+            ctx.reply_bulk(b"token");
+            ctx.reply_integer(holder.token);
+        }
+        ctx.reply_bulk(b"waiters");
+        ctx.reply_integer(self.waiters);
+        ctx.reply_bulk(b"mode");
+        ctx.reply_bulk(self.mode.name().as_bytes());
+        ctx.reply_bulk(b"holders");
+        ctx.reply_array(self.holders.len());
+        for holder in &self.holders {
+            holder.send(ctx);
         }
     }
 }
@@ -119,7 +162,32 @@ impl From<LockError> for Reply {
             LockError::OwnerTooLong { len, max } => Reply::error(format!(
                 "ERR invalid owner: {len} bytes is longer than lock.max-owner-len ({max})"
             )),
+            LockError::ModeConflict { held } => Reply::error(format!(
+                "ERR mode conflict: owner holds this lock {}; release it first (no upgrade or downgrade)",
+                held.name()
+            )),
         }
+    }
+}
+
+impl From<StoreError> for Reply {
+    fn from(_: StoreError) -> Reply {
+        Reply::error("ERR could not store the lock")
+    }
+}
+
+impl From<Failure> for Reply {
+    fn from(failure: Failure) -> Reply {
+        match failure {
+            Failure::Rule(error) => error.into(),
+            Failure::Store(error) => error.into(),
+        }
+    }
+}
+
+impl From<args::ArgError> for Reply {
+    fn from(error: args::ArgError) -> Reply {
+        Reply::error(error.to_string())
     }
 }
 
@@ -141,11 +209,11 @@ fn key_and_rest<'a, 'o>(
     Ok((key, rest))
 }
 
-/// The lock at a key, or the WRONGTYPE reply.
-fn lock_in<'k>(slot: Slot<'k>) -> Result<Option<&'k Lock>, Reply> {
-    match slot {
-        Slot::Empty => Ok(None),
-        Slot::Lock(lock) => Ok(Some(lock)),
-        Slot::OtherType => Err(Reply::error(WRONGTYPE)),
+/// The lock at an open key, or the WRONGTYPE reply.
+fn lock_in(open: &OpenKey) -> Result<Option<&Lock>, Reply> {
+    match open.stored() {
+        Stored::Empty => Ok(None),
+        Stored::Lock(lock) => Ok(Some(lock)),
+        Stored::OtherType => Err(Reply::error(WRONGTYPE)),
     }
 }

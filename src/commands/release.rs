@@ -6,9 +6,10 @@ use crate::blocking;
 use crate::events;
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Args, Ctx};
-use crate::lock::may_release;
 use crate::propagate;
 use crate::state::STATS;
+use redis_lock_core::rules::ReleasePlan;
+use redis_lock_core::store;
 
 pub const COMMAND: Command = Command {
     name: c"lock.release",
@@ -18,42 +19,48 @@ pub const COMMAND: Command = Command {
     arity: 3,
     acl_categories: c"write fast",
     key_access: KeyAccess::ReadWrite,
-    summary: c"Deletes the lock at key if owner holds it: 1, else 0.",
+    summary: c"Ends owner's holding of the lock at key: 1, else 0.",
     handler: release,
 };
 
-fn release(ctx: Ctx, args: &Args) -> Reply {
+fn release(ctx: Ctx, args: &Args) -> Result<Reply, Reply> {
     let mut buf = [&[][..]; MAX_ARGS];
-    let (key, rest) = match key_and_rest(args, 3, &mut buf) {
-        Ok(parts) => parts,
-        Err(reply) => return reply,
-    };
+    let (key, rest) = key_and_rest(args, 3, &mut buf)?;
     let [owner] = rest else {
-        return Reply::WrongArity;
+        return Err(Reply::WrongArity);
     };
     // Whatever lock.max-owner-len says: it bounds new holdings only (a replica or
     // AOF replays what its master released under the master's own setting).
-    let owner = match parse_owner(owner) {
-        Ok(owner) => owner,
-        Err(error) => return Reply::error(error.to_string()),
-    };
+    let owner = parse_owner(owner)?;
+    let replaying = ctx.where_().replaying;
     let mut open = OpenKey::write(ctx, key);
-    match lock_in(open.slot()) {
-        Ok(current) if may_release(current, owner) => {
-            if !open.delete() {
-                return Reply::error("ERR could not delete the lock");
-            }
+    lock_in(&open)?;
+    // The master judges lapses and says so; a replica follows (see `blocking::settle`).
+    let now = if replaying {
+        None
+    } else {
+        blocking::settle(ctx, &mut open, Arg::Str(key));
+        Some(ctx.now_ms())
+    };
+    let plan = store::release(&mut open, owner, now)?;
+    let next_lapse = blocking::next_lapse(&open);
+    drop(open);
+    let db = ctx.selected_db();
+    match plan {
+        ReleasePlan::NotHeld => return Ok(Reply::Integer(0)),
+        ReleasePlan::DeleteKey => {
             events::forget_unlinked();
-            drop(open);
-            propagate::release_as_called(ctx, Arg::Str(key));
-            if !ctx.where_().replaying {
-                // Counted where the holder released it, not again on replicas.
-                STATS.releases.incr();
-            }
-            blocking::hand_off(ctx, ctx.selected_db(), key.as_bytes());
-            Reply::Integer(1)
+            propagate::release_as_called(ctx, Arg::Str(key), true);
         }
-        Ok(_) => Reply::Integer(0),
-        Err(reply) => reply,
+        ReleasePlan::RemoveHolding { .. } => {
+            propagate::release_as_called(ctx, Arg::Str(key), false);
+            blocking::watch_lapse(ctx, db, key.as_bytes(), next_lapse);
+        }
     }
+    if !replaying {
+        // Counted where the holder released it, not again on replicas.
+        STATS.releases.incr();
+    }
+    blocking::hand_off(ctx, db, key.as_bytes());
+    Ok(Reply::Integer(1))
 }

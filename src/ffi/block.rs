@@ -13,7 +13,7 @@ use redis_module::raw;
 
 use super::{call, Ctx, ERR, OK};
 use crate::blocking::{self, Outcome, TimerJob};
-use crate::lock::timers::MAX_TIMER_DELAY_MS;
+use redis_lock_core::timers::MAX_TIMER_DELAY_MS;
 
 /// A blocked client, by the handle Redis gave it; valid until it is unblocked, times
 /// out or disconnects (each of which removes it from the queues first).

@@ -26,7 +26,8 @@ extern "C" fn entry<const I: usize>(
     let args = unsafe { Args::new(argv, argc) };
     let reply = match COMMANDS.get(I) {
         Some(command) => catch_unwind(AssertUnwindSafe(|| (command.handler)(ctx, &args)))
-            .unwrap_or_else(|_| Reply::error("ERR internal error in the lock module")),
+            .unwrap_or_else(|_| Err(Reply::error("ERR internal error in the lock module")))
+            .unwrap_or_else(|reply| reply),
         None => Reply::error("ERR unknown lock command"),
     };
     reply.send(ctx);

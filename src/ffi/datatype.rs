@@ -10,7 +10,7 @@ use redis_module::{native_types::RedisType, raw};
 use super::{call, guarded, Ctx, ERR, OK};
 use crate::fault;
 use crate::keyspace;
-use crate::lock::Lock;
+use redis_lock_core::{Lock, Mode};
 
 /// The registered type; `TYPE key` answers its 9-character name.
 pub static LOCK_TYPE: RedisType = RedisType::new(
@@ -81,26 +81,53 @@ extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_voi
     guarded(ptr::null_mut(), || load_lock(io, encver))
 }
 
+/// The most holdings a value may claim to have before the loader reserves memory
+/// for them: a corrupt count must not make it reserve much (holdings are read one
+/// by one anyway).
+const MAX_HOLDINGS_RESERVED: u64 = 1024;
+
 fn load_lock(io: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
-    if encver != keyspace::ENCODING_VERSION {
-        return ptr::null_mut();
+    let loaded = match encver {
+        keyspace::ENCODING_V1 => load_holding(io, false).map(|h| (0, vec![h])),
+        keyspace::ENCODING_VERSION => load_holdings(io),
+        _ => None,
+    };
+    match loaded.and_then(|(mode, holdings)| keyspace::loaded(mode, holdings)) {
+        Some(lock) => Box::into_raw(Box::new(lock)).cast::<c_void>(),
+        None => ptr::null_mut(),
     }
+}
+
+fn load_holdings(io: *mut raw::RedisModuleIO) -> Option<(u64, Vec<keyspace::LoadedHolding>)> {
+    let mode = call!(RedisModule_LoadUnsigned(io) else 0);
+    let count = call!(RedisModule_LoadUnsigned(io) else 0);
+    if io_failed(io) {
+        return None;
+    }
+    let mut holdings = Vec::with_capacity(count.min(MAX_HOLDINGS_RESERVED) as usize);
+    for _ in 0..count {
+        holdings.push(load_holding(io, true)?);
+    }
+    Some((mode, holdings))
+}
+
+/// Owner, token and (version 2) expiry of one holding.
+fn load_holding(io: *mut raw::RedisModuleIO, with_expiry: bool) -> Option<keyspace::LoadedHolding> {
     let mut len = 0usize;
     let buf = call!(RedisModule_LoadStringBuffer(io, &mut len) else ptr::null_mut());
     if buf.is_null() || io_failed(io) {
-        return ptr::null_mut();
+        return None;
     }
     // SAFETY: Redis returned a buffer of `len` bytes that we own until RM_Free.
     let owner = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }.to_vec();
     call!(RedisModule_Free(buf.cast::<c_void>()) else ());
     let token = call!(RedisModule_LoadSigned(io) else 0);
-    if io_failed(io) {
-        return ptr::null_mut();
-    }
-    match keyspace::loaded(&owner, token) {
-        Some(lock) => Box::into_raw(Box::new(lock)).cast::<c_void>(),
-        None => ptr::null_mut(),
-    }
+    let expires_at = if with_expiry {
+        call!(RedisModule_LoadSigned(io) else 0)
+    } else {
+        0
+    };
+    (!io_failed(io)).then_some((owner, token, expires_at))
 }
 
 extern "C" fn rdb_save(io: *mut raw::RedisModuleIO, value: *mut c_void) {
@@ -109,10 +136,21 @@ extern "C" fn rdb_save(io: *mut raw::RedisModuleIO, value: *mut c_void) {
         let Some(lock) = (unsafe { as_lock(value) }) else {
             return;
         };
-        let owner = lock.owner();
-        fault::check("rdb_save", owner);
-        call!(RedisModule_SaveStringBuffer(io, owner.as_ptr().cast::<c_char>(), owner.len()) else ());
-        call!(RedisModule_SaveSigned(io, lock.token()) else ());
+        let holders = lock.holders(None);
+        call!(RedisModule_SaveUnsigned(io, keyspace::mode_code(lock.mode())) else ());
+        call!(RedisModule_SaveUnsigned(io, holders.len() as u64) else ());
+        for holder in holders {
+            let owner = holder.owner;
+            fault::check("rdb_save", owner);
+            call!(RedisModule_SaveStringBuffer(io, owner.as_ptr().cast::<c_char>(), owner.len()) else ());
+            call!(RedisModule_SaveSigned(io, holder.token) else ());
+            // An exclusive holding's expiry is the key's, which Redis saves.
+            let expires_at = match lock.mode() {
+                Mode::Exclusive => 0,
+                Mode::Shared => holder.expires_at.unwrap_or(0),
+            };
+            call!(RedisModule_SaveSigned(io, expires_at) else ());
+        }
     })
 }
 
@@ -126,30 +164,59 @@ extern "C" fn aof_rewrite(
         let Some(lock) = (unsafe { as_lock(value) }) else {
             return;
         };
-        let owner = lock.owner();
-        fault::check("aof_rewrite", owner);
-        // Redis appends the key's PEXPIREAT after what a type emits, so the command
-        // carries no expiry of its own. Each lock carries the token mark too: an AOF
-        // rewritten without RDB preamble has no other place for it.
         // SAFETY: reading a function pointer that Redis filled in at load time.
         let Some(emit) = (unsafe { raw::RedisModule_EmitAOF }) else {
             return;
         };
-        // SAFETY: variadic call matching the format: `s` a RedisModuleString*, `b` a
-        // pointer and a length, `l` a long long, `c` a C string.
-        unsafe {
-            emit(
-                io,
-                keyspace::APPLY_COMMAND.as_ptr(),
-                c"sblcl".as_ptr(),
-                key,
-                owner.as_ptr().cast::<c_char>(),
-                owner.len(),
-                lock.token() as std::ffi::c_longlong,
-                c"MARK".as_ptr(),
-                keyspace::aux_value() as std::ffi::c_longlong,
-            )
-        };
+        let mark = keyspace::aux_value() as std::ffi::c_longlong;
+        for holder in lock.holders(None) {
+            let owner = holder.owner;
+            fault::check("aof_rewrite", owner);
+            let token = holder.token as std::ffi::c_longlong;
+            match (lock.mode(), holder.expires_at) {
+                // Redis appends the key's PEXPIREAT after what a type emits, so an
+                // exclusive holding carries no expiry of its own. Each lock carries
+                // the token mark too: an AOF rewritten without RDB preamble has no
+                // other place for it.
+                (Mode::Exclusive, _) | (Mode::Shared, None) => {
+                    // SAFETY: variadic call matching the format: `s` a
+                    // RedisModuleString*, `b` a pointer and a length, `l` a long
+                    // long, `c` a C string.
+                    unsafe {
+                        emit(
+                            io,
+                            keyspace::APPLY_COMMAND.as_ptr(),
+                            c"sblcl".as_ptr(),
+                            key,
+                            owner.as_ptr().cast::<c_char>(),
+                            owner.len(),
+                            token,
+                            c"MARK".as_ptr(),
+                            mark,
+                        )
+                    }
+                }
+                (Mode::Shared, Some(at)) => {
+                    // SAFETY: as above.
+                    unsafe {
+                        emit(
+                            io,
+                            keyspace::APPLY_COMMAND.as_ptr(),
+                            c"sblclccl".as_ptr(),
+                            key,
+                            owner.as_ptr().cast::<c_char>(),
+                            owner.len(),
+                            token,
+                            c"PXAT".as_ptr(),
+                            at as std::ffi::c_longlong,
+                            c"SHARED".as_ptr(),
+                            c"MARK".as_ptr(),
+                            mark,
+                        )
+                    }
+                }
+            };
+        }
     })
 }
 
@@ -157,7 +224,9 @@ extern "C" fn mem_usage(value: *const c_void) -> usize {
     guarded(0, || {
         // SAFETY: Redis passes a value of our type.
         unsafe { as_lock(value) }.map_or(0, |lock| {
-            fault::check("mem_usage", lock.owner());
+            for holder in lock.holders(None) {
+                fault::check("mem_usage", holder.owner);
+            }
             std::mem::size_of::<Lock>() + lock.heap_size()
         })
     })
@@ -169,11 +238,16 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
         let Some(lock) = (unsafe { as_lock(value) }) else {
             return;
         };
-        let owner = lock.owner();
-        fault::check("digest", owner);
-        call!(RedisModule_DigestAddStringBuffer(md, owner.as_ptr().cast::<c_char>(), owner.len()) else ());
-        call!(RedisModule_DigestAddLongLong(md, lock.token()) else ());
-        call!(RedisModule_DigestEndSequence(md) else ());
+        for holder in lock.holders(None) {
+            let owner = holder.owner;
+            fault::check("digest", owner);
+            call!(RedisModule_DigestAddStringBuffer(md, owner.as_ptr().cast::<c_char>(), owner.len()) else ());
+            call!(RedisModule_DigestAddLongLong(md, holder.token) else ());
+            if lock.mode() == Mode::Shared {
+                call!(RedisModule_DigestAddLongLong(md, holder.expires_at.unwrap_or(0)) else ());
+            }
+            call!(RedisModule_DigestEndSequence(md) else ());
+        }
     })
 }
 
@@ -210,8 +284,8 @@ extern "C" fn aux_save(io: *mut raw::RedisModuleIO, when: c_int) {
 
 extern "C" fn aux_load(io: *mut raw::RedisModuleIO, encver: c_int, when: c_int) -> c_int {
     guarded(ERR, || {
-        if encver != keyspace::ENCODING_VERSION || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int
-        {
+        let known = encver == keyspace::ENCODING_VERSION || encver == keyspace::ENCODING_V1;
+        if !known || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
             return ERR;
         }
         let high_water = call!(RedisModule_LoadSigned(io) else 0);

@@ -1,15 +1,17 @@
-//! An open key of the keyspace, closed when dropped.
+//! An open key of the keyspace, closed when dropped; the [`Store`] the lock rules
+//! apply through.
 
 use std::ffi::c_void;
 
+use redis_lock_core::store::Store;
+use redis_lock_core::Lock;
 use redis_module::raw;
 
 use super::datatype::lock_type;
 use super::{call, Ctx, RString, OK};
-use crate::lock::Lock;
 
 /// What a key holds.
-pub enum Slot<'a> {
+pub enum Stored<'a> {
     Empty,
     Lock(&'a Lock),
     /// A value of another type: commands answer `WRONGTYPE`.
@@ -70,33 +72,44 @@ impl OpenKey {
         }
     }
 
-    pub fn slot(&self) -> Slot<'_> {
+    pub fn stored(&self) -> Stored<'_> {
+        match self.lock_value() {
+            Ok(value) => match unsafe_lock_ref(value) {
+                Some(lock) => Stored::Lock(lock),
+                None => Stored::Empty,
+            },
+            Err(()) => Stored::OtherType,
+        }
+    }
+
+    /// True when the key holds a value of another type than a lock.
+    pub fn holds_other_type(&self) -> bool {
+        self.lock_value().is_err()
+    }
+
+    /// The key's lock value (null when the key is empty), or `Err` when it holds a
+    /// value of another type.
+    fn lock_value(&self) -> Result<*mut c_void, ()> {
         if self.key.is_null() {
-            return Slot::Empty;
+            return Ok(std::ptr::null_mut());
         }
         let key_type =
             call!(RedisModule_KeyType(self.key) else raw::REDISMODULE_KEYTYPE_EMPTY as _);
         if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as i32 {
-            return Slot::Empty;
+            return Ok(std::ptr::null_mut());
         }
         let ours = lock_type();
         if key_type != raw::REDISMODULE_KEYTYPE_MODULE as i32
             || ours.is_null()
             || call!(RedisModule_ModuleTypeGetType(self.key) else std::ptr::null_mut()) != ours
         {
-            return Slot::OtherType;
+            return Err(());
         }
-        let value = call!(RedisModule_ModuleTypeGetValue(self.key) else std::ptr::null_mut());
-        // SAFETY: a value of our type is always a `Box<Lock>` stored by `set_lock` or
-        // by the RDB loader; it lives until the key is next written, which needs
-        // `&mut self`.
-        match unsafe { value.cast::<Lock>().as_ref() } {
-            Some(lock) => Slot::Lock(lock),
-            None => Slot::OtherType,
-        }
+        Ok(call!(RedisModule_ModuleTypeGetValue(self.key) else std::ptr::null_mut()))
     }
 
-    /// Stores `lock` as the key's value; the key loses any expiry it had.
+    /// Stores `lock` as the key's value, replacing what was there; the key loses any
+    /// expiry it had.
     pub fn set_lock(&mut self, lock: Lock) -> bool {
         if self.key.is_null() {
             return false;
@@ -148,5 +161,49 @@ impl Drop for OpenKey {
         if self.owns_name && !self.name.is_null() {
             call!(RedisModule_FreeString(self.ctx.raw(), self.name) else ());
         }
+    }
+}
+
+/// The lock a value pointer of our type points to.
+fn unsafe_lock_ref<'a>(value: *mut c_void) -> Option<&'a Lock> {
+    // SAFETY: a value of our type is always a `Box<Lock>` stored by `set_lock` or by
+    // the RDB loader; it lives until the key is next written, which needs the
+    // `&mut OpenKey` the returned borrow is tied to by its callers.
+    unsafe { value.cast::<Lock>().as_ref() }
+}
+
+/// A lock key, written through Redis. A key that holds another type reads as free:
+/// callers answer WRONGTYPE first (`OpenKey::holds_other_type`).
+impl Store for OpenKey {
+    fn lock(&self) -> Option<&Lock> {
+        match self.stored() {
+            Stored::Lock(lock) => Some(lock),
+            _ => None,
+        }
+    }
+
+    fn lock_mut(&mut self) -> Option<&mut Lock> {
+        let value = self.lock_value().ok()?;
+        // SAFETY: as in `unsafe_lock_ref`; the borrow is tied to `&mut self`, and
+        // changing the value in place is a write to the key.
+        let lock = unsafe { value.cast::<Lock>().as_mut() }?;
+        self.modified = true;
+        Some(lock)
+    }
+
+    fn put(&mut self, lock: Lock) -> bool {
+        self.set_lock(lock)
+    }
+
+    fn delete(&mut self) -> bool {
+        OpenKey::delete(self)
+    }
+
+    fn key_expiry(&self) -> Option<i64> {
+        self.expires_at()
+    }
+
+    fn set_key_expiry(&mut self, at: i64) -> bool {
+        self.set_expires_at(at)
     }
 }

@@ -112,6 +112,9 @@ pub fn missing_required_apis() -> Vec<&'static str> {
         RedisModule_SignalModifiedKey,
         RedisModule_SetModuleOptions,
         RedisModule_Log,
+        RedisModule_ReplyWithArray,
+        RedisModule_SaveUnsigned,
+        RedisModule_LoadUnsigned,
         RedisModule_Call,
         RedisModule_CallReplyType,
         RedisModule_CallReplyArrayElement,
@@ -280,6 +283,11 @@ impl Ctx {
     /// A map of `pairs` entries in RESP3, a flat array of `2 * pairs` in RESP2.
     pub fn reply_map(self, pairs: usize) {
         call!(RedisModule_ReplyWithMap(self.0, pairs as _) else ERR);
+    }
+
+    /// An array of `len` elements, sent next.
+    pub fn reply_array(self, len: usize) {
+        call!(RedisModule_ReplyWithArray(self.0, len as _) else ERR);
     }
 
     /// Replies with an error. `text` starts with its code (`ERR`, `WRONGTYPE` …);

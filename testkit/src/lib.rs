@@ -456,45 +456,119 @@ pub fn lock_info(con: &mut Connection, key: &str) -> Option<LockInfo> {
 /// The fields of a LOCK.INFO reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockInfo {
+    /// `exclusive` or `shared`.
+    pub mode: String,
+    /// The holdings, oldest first.
+    pub holders: Vec<Holder>,
+    /// The first holding's owner, ttl and token (an exclusive lock's, as version 1
+    /// of the reply gave them).
     pub owner: Vec<u8>,
     pub ttl: i64,
     pub token: i64,
     pub waiters: i64,
 }
 
+/// One holding in a LOCK.INFO reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub owner: Vec<u8>,
+    pub ttl: i64,
+    pub token: i64,
+}
+
+/// Field/value pairs of a map (RESP3) or flat array (RESP2).
+fn pairs(value: Value) -> Vec<(String, Value)> {
+    let pairs: Vec<(Value, Value)> = match value {
+        Value::Map(pairs) => pairs,
+        Value::Array(items) => {
+            assert!(items.len() % 2 == 0, "odd RESP2 field/value array");
+            let mut items = items.into_iter();
+            let mut pairs = Vec::new();
+            while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                pairs.push((k, v));
+            }
+            pairs
+        }
+        other => panic!("expected a map, got {other:?}"),
+    };
+    pairs
+        .into_iter()
+        .map(|(k, v)| (redis::from_redis_value(k).expect("field name"), v))
+        .collect()
+}
+
+impl Holder {
+    fn from_value(value: Value) -> Holder {
+        let mut holder = Holder {
+            owner: Vec::new(),
+            ttl: i64::MIN,
+            token: i64::MIN,
+        };
+        for (name, value) in pairs(value) {
+            match name.as_str() {
+                "owner" => holder.owner = redis::from_redis_value(value).expect("owner"),
+                "ttl" => holder.ttl = redis::from_redis_value(value).expect("ttl"),
+                "token" => holder.token = redis::from_redis_value(value).expect("token"),
+                other => panic!("unexpected holder field {other}"),
+            }
+        }
+        assert!(
+            holder.ttl != i64::MIN && holder.token != i64::MIN,
+            "{holder:?}"
+        );
+        holder
+    }
+}
+
 impl LockInfo {
     pub fn from_value(value: Value) -> Option<LockInfo> {
-        let pairs: Vec<(Value, Value)> = match value {
-            Value::Nil => return None,
-            Value::Map(pairs) => pairs,
-            Value::Array(items) => {
-                assert!(items.len() % 2 == 0, "odd RESP2 field/value array");
-                let mut items = items.into_iter();
-                let mut pairs = Vec::new();
-                while let (Some(k), Some(v)) = (items.next(), items.next()) {
-                    pairs.push((k, v));
-                }
-                pairs
-            }
-            other => panic!("LOCK.INFO replied {other:?}"),
-        };
+        if value == Value::Nil {
+            return None;
+        }
         let mut info = LockInfo {
+            mode: String::new(),
+            holders: Vec::new(),
             owner: Vec::new(),
             ttl: i64::MIN,
             token: i64::MIN,
             waiters: i64::MIN,
         };
-        for (name, value) in pairs {
-            let name: String = redis::from_redis_value(name).expect("field name");
+        for (name, value) in pairs(value) {
             match name.as_str() {
                 "owner" => info.owner = redis::from_redis_value(value).expect("owner"),
                 "ttl" => info.ttl = redis::from_redis_value(value).expect("ttl"),
                 "token" => info.token = redis::from_redis_value(value).expect("token"),
                 "waiters" => info.waiters = redis::from_redis_value(value).expect("waiters"),
+                "mode" => info.mode = redis::from_redis_value(value).expect("mode"),
+                "holders" => {
+                    let Value::Array(items) = value else {
+                        panic!("holders is not an array: {value:?}");
+                    };
+                    info.holders = items.into_iter().map(Holder::from_value).collect();
+                }
                 other => panic!("unexpected LOCK.INFO field {other}"),
             }
         }
-        assert!(info.ttl != i64::MIN && info.token != i64::MIN && info.waiters != i64::MIN);
+        assert!(info.waiters != i64::MIN, "{info:?}");
+        assert!(!info.holders.is_empty(), "a lock has a holding: {info:?}");
+        match info.mode.as_str() {
+            "exclusive" => {
+                // Version 1's fields are there, and say what the one holding says.
+                assert_eq!(info.holders.len(), 1, "{info:?}");
+                let holder = &info.holders[0];
+                assert_eq!((&info.owner, info.token), (&holder.owner, holder.token));
+                assert!(info.ttl != i64::MIN);
+            }
+            "shared" => {
+                assert!(
+                    info.ttl == i64::MIN,
+                    "no version-1 fields for shared holdings"
+                );
+                let first = info.holders[0].clone();
+                (info.owner, info.ttl, info.token) = (first.owner, first.ttl, first.token);
+            }
+            other => panic!("unexpected mode {other:?}"),
+        }
         Some(info)
     }
 }
@@ -650,15 +724,23 @@ pub fn lock_payload(con: &mut Connection, probe: &str, owner: &[u8], token: i64)
     // [type 7][0x81][8-byte module id] ... [2-byte RDB version][8-byte CRC-64]
     let type_and_id = &real[..10];
     let version = &real[real.len() - 10..real.len() - 8];
-    const OPCODE_SINT: u8 = 2;
+    // Module values encode every integer, signed or not, as an unsigned one.
+    const OPCODE_UINT: u8 = 2;
     const OPCODE_STRING: u8 = 5;
     const OPCODE_EOF: u8 = 0;
     let mut value = type_and_id.to_vec();
+    // Encoding version 2: mode (exclusive), one holding: owner, token, expiry 0.
+    for n in [0u64, 1] {
+        value.push(OPCODE_UINT);
+        value.extend(rdb_len(n));
+    }
     value.push(OPCODE_STRING);
     value.extend(rdb_len(owner.len() as u64));
     value.extend_from_slice(owner);
-    value.push(OPCODE_SINT);
+    value.push(OPCODE_UINT);
     value.extend(rdb_len(token as u64));
+    value.push(OPCODE_UINT);
+    value.extend(rdb_len(0));
     value.push(OPCODE_EOF);
     seal_payload(&value, version)
 }

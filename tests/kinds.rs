@@ -1,0 +1,409 @@
+//! Shared and counted holdings: read-write locks and semaphores, each holding with
+//! its own lease and token, waiters served in FIFO order across modes.
+
+use redis_lock_testkit as common;
+
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use common::*;
+use redis::{Connection, RedisResult, Value};
+
+/// `LOCK.ACQUIRE key owner ttl [options…]` on `con`.
+fn acquire_with(
+    con: &mut Connection,
+    key: &str,
+    owner: &str,
+    ttl: i64,
+    options: &[&str],
+) -> RedisResult<Option<i64>> {
+    redis::cmd("LOCK.ACQUIRE")
+        .arg(key)
+        .arg(owner)
+        .arg(ttl)
+        .arg(options)
+        .query(con)
+}
+
+/// A client waiting on a connection of its own, up to `timeout` ms.
+fn waiter(
+    server: &Server,
+    key: &str,
+    owner: &str,
+    ttl: i64,
+    options: &[&str],
+    timeout: i64,
+) -> JoinHandle<RedisResult<Option<i64>>> {
+    let mut con = server.connection();
+    let (key, owner) = (key.to_string(), owner.to_string());
+    let mut options: Vec<String> = options.iter().map(|o| o.to_string()).collect();
+    options.extend(["WAIT".to_string(), timeout.to_string()]);
+    thread::spawn(move || {
+        let options: Vec<&str> = options.iter().map(String::as_str).collect();
+        acquire_with(&mut con, &key, &owner, ttl, &options)
+    })
+}
+
+fn waiting(con: &mut Connection, key: &str) -> i64 {
+    lock_info(con, key).map_or(0, |info| info.waiters)
+}
+
+fn wait_for_waiters(con: &mut Connection, key: &str, n: i64) {
+    wait_until(Duration::from_secs(10), || waiting(con, key) == n);
+}
+
+fn owners(con: &mut Connection, key: &str) -> Vec<String> {
+    lock_info(con, key).map_or_else(Vec::new, |info| {
+        info.holders
+            .into_iter()
+            .map(|h| String::from_utf8(h.owner).unwrap())
+            .collect()
+    })
+}
+
+#[test]
+fn readers_share_a_writer_waits_for_all_of_them_and_readers_behind_it_wait_for_it() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let r1 = acquire_with(&mut con, "doc", "r1", 60_000, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    let r2 = acquire_with(&mut con, "doc", "r2", 60_000, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    assert!(r2 > r1, "shared tokens are distinct and increase");
+    let info = lock_info(&mut con, "doc").unwrap();
+    assert_eq!(info.mode, "shared");
+    assert_eq!(owners(&mut con, "doc"), ["r1", "r2"]);
+    assert_eq!(
+        acquire_with(&mut con, "doc", "w", 1000, &[]).unwrap(),
+        None,
+        "a writer waits for readers"
+    );
+
+    let writer = waiter(&server, "doc", "w", 60_000, &[], 10_000);
+    wait_for_waiters(&mut con, "doc", 1);
+    // A reader that comes after a queued writer does not overtake it.
+    assert_eq!(
+        acquire_with(&mut con, "doc", "late", 1000, &["SHARED"]).unwrap(),
+        None
+    );
+    let reader = waiter(&server, "doc", "r3", 60_000, &["SHARED"], 10_000);
+    wait_for_waiters(&mut con, "doc", 2);
+
+    assert_eq!(release(&mut con, "doc", "r1"), 1);
+    assert_eq!(
+        owners(&mut con, "doc"),
+        ["r2"],
+        "the writer still waits for r2"
+    );
+    assert_eq!(release(&mut con, "doc", "r2"), 1);
+    let w = writer.join().unwrap().unwrap().expect("the writer gets it");
+    assert!(w > r2);
+    assert_eq!(lock_info(&mut con, "doc").unwrap().mode, "exclusive");
+    assert_eq!(waiting(&mut con, "doc"), 1, "r3 waits for the writer");
+    assert_eq!(release(&mut con, "doc", "w"), 1);
+    assert!(reader.join().unwrap().unwrap().unwrap() > w);
+    assert_eq!(owners(&mut con, "doc"), ["r3"]);
+}
+
+#[test]
+fn a_writers_release_grants_every_reader_at_the_head_of_the_queue_in_one_step() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire_with(&mut con, "doc", "w1", 60_000, &[])
+        .unwrap()
+        .unwrap();
+    let mut readers = Vec::new();
+    for i in 0..3 {
+        readers.push(waiter(
+            &server,
+            "doc",
+            &format!("r{i}"),
+            60_000,
+            &["SHARED"],
+            10_000,
+        ));
+        wait_for_waiters(&mut con, "doc", i + 1);
+    }
+    let writer = waiter(&server, "doc", "w2", 60_000, &[], 10_000);
+    wait_for_waiters(&mut con, "doc", 4);
+    let late_reader = waiter(&server, "doc", "r9", 60_000, &["SHARED"], 10_000);
+    wait_for_waiters(&mut con, "doc", 5);
+
+    assert_eq!(release(&mut con, "doc", "w1"), 1);
+    let tokens: Vec<i64> = readers
+        .into_iter()
+        .map(|r| r.join().unwrap().unwrap().unwrap())
+        .collect();
+    assert!(
+        tokens.windows(2).all(|t| t[0] < t[1]),
+        "granted in arrival order: {tokens:?}"
+    );
+    assert_eq!(owners(&mut con, "doc"), ["r0", "r1", "r2"]);
+    assert_eq!(
+        waiting(&mut con, "doc"),
+        2,
+        "w2 and the reader behind it wait"
+    );
+    assert_eq!(lock_stat(&mut con, "hand_offs"), 3);
+    for owner in ["r0", "r1", "r2"] {
+        release(&mut con, "doc", owner);
+    }
+    assert!(writer.join().unwrap().unwrap().is_some());
+    release(&mut con, "doc", "w2");
+    assert!(late_reader.join().unwrap().unwrap().is_some());
+}
+
+/// One holder's own record: when it learned it held a permit, and when it was about
+/// to give it back.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    arrival: usize,
+    token: i64,
+    from: Instant,
+    to: Instant,
+}
+
+#[test]
+fn five_permits_and_twenty_waiters_never_hold_six_at_once_and_come_in_arrival_order() {
+    let server = Server::start();
+    let mut con = server.connection();
+    for i in 0..5 {
+        acquire_with(
+            &mut con,
+            "exports",
+            &format!("first{i}"),
+            60_000,
+            &["LIMIT", "5"],
+        )
+        .unwrap()
+        .unwrap();
+    }
+    assert_eq!(
+        acquire_with(&mut con, "exports", "sixth", 1000, &["LIMIT", "5"]).unwrap(),
+        None
+    );
+    let records = Arc::new(Mutex::new(Vec::<Held>::new()));
+    let mut clients = Vec::new();
+    for arrival in 0..20 {
+        let mut own = server.connection();
+        let records = Arc::clone(&records);
+        clients.push(thread::spawn(move || {
+            let owner = format!("w{arrival}");
+            let token = acquire_with(
+                &mut own,
+                "exports",
+                &owner,
+                30_000,
+                &["LIMIT", "5", "WAIT", "20000"],
+            )
+            .unwrap()
+            .expect("every waiter gets a permit");
+            let from = Instant::now();
+            thread::sleep(Duration::from_millis(30));
+            let to = Instant::now();
+            records.lock().unwrap().push(Held {
+                arrival,
+                token,
+                from,
+                to,
+            });
+            assert_eq!(release(&mut own, "exports", &owner), 1);
+        }));
+        wait_for_waiters(&mut con, "exports", arrival as i64 + 1);
+    }
+    for i in 0..5 {
+        assert_eq!(release(&mut con, "exports", &format!("first{i}")), 1);
+    }
+    for client in clients {
+        client.join().unwrap();
+    }
+    let mut held = records.lock().unwrap().clone();
+    assert_eq!(held.len(), 20, "each granted once");
+    held.sort_by_key(|h| h.token);
+    let arrivals: Vec<usize> = held.iter().map(|h| h.arrival).collect();
+    assert_eq!(
+        arrivals,
+        (0..20).collect::<Vec<_>>(),
+        "tokens in arrival order"
+    );
+    let most = held
+        .iter()
+        .map(|h| {
+            held.iter()
+                .filter(|o| o.from <= h.from && h.from < o.to)
+                .count()
+        })
+        .max()
+        .unwrap();
+    assert!(most <= 5, "{most} holders at once");
+    assert!(most >= 2, "permits are shared ({most} at most)");
+    assert_eq!(lock_info(&mut con, "exports"), None);
+    assert_eq!(dbsize(&mut con), 0);
+}
+
+#[test]
+fn a_crashed_holders_permit_frees_at_its_own_ttl_while_the_others_keep_theirs() {
+    let server = Server::start();
+    let mut con = server.connection();
+    // Only the module's own timer can free the permit: Redis expires the key with its
+    // last holding, much later.
+    let _: () = query(&mut con, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]).unwrap();
+    let keeper = acquire_with(&mut con, "jobs", "keeper", 60_000, &["LIMIT", "2"])
+        .unwrap()
+        .unwrap();
+    acquire_with(&mut con, "jobs", "crashed", 300, &["LIMIT", "2"])
+        .unwrap()
+        .unwrap();
+    let started = Instant::now();
+    let next = waiter(&server, "jobs", "next", 60_000, &["LIMIT", "2"], 10_000);
+    let token = next.join().unwrap().unwrap().expect("the permit freed");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(290),
+        "not before its TTL: {took:?}"
+    );
+    let bound = Duration::from_millis(if slow_server() { 5_000 } else { 1_000 });
+    assert!(took < bound, "freed {took:?} after a 300 ms TTL");
+    let info = lock_info(&mut con, "jobs").unwrap();
+    let tokens: Vec<i64> = info.holders.iter().map(|h| h.token).collect();
+    assert_eq!(tokens, [keeper, token]);
+    assert!(info.holders[0].ttl > 50_000, "the keeper keeps its lease");
+    assert_eq!(lock_stat(&mut con, "expirations"), 1);
+}
+
+#[test]
+fn an_owner_cannot_change_mode_and_a_limit_belongs_to_the_request() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let token = acquire_with(&mut con, "k", "a", 60_000, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    let error = acquire_with(&mut con, "k", "a", 60_000, &[]).unwrap_err();
+    assert!(error.to_string().contains("mode"), "{error}");
+    // SHARED LIMIT n is the shared mode: a refresh, same token.
+    assert_eq!(
+        acquire_with(&mut con, "k", "a", 60_000, &["SHARED", "LIMIT", "3"]).unwrap(),
+        Some(token)
+    );
+    acquire_with(&mut con, "k", "b", 60_000, &["LIMIT", "5"])
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        acquire_with(&mut con, "k", "c", 60_000, &["LIMIT", "2"]).unwrap(),
+        None,
+        "two hold already"
+    );
+    assert!(acquire_with(&mut con, "k", "c", 60_000, &["LIMIT", "3"])
+        .unwrap()
+        .is_some());
+    let error = acquire_with(&mut con, "x", "o", 100, &["LIMIT", "0"]).unwrap_err();
+    assert!(error.to_string().contains("limit"), "{error}");
+    let error = acquire_with(&mut con, "x", "o", 100, &["SHARED", "SHARED"]).unwrap_err();
+    assert!(error.to_string().contains("SHARED"), "{error}");
+}
+
+#[test]
+fn extend_and_release_act_on_one_holding_and_the_key_lives_with_the_last() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire_with(&mut con, "k", "a", 5_000, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    acquire_with(&mut con, "k", "b", 60_000, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    assert!(
+        pttl(&mut con, "k") > 50_000,
+        "the key lives with its last holding"
+    );
+    assert_eq!(extend(&mut con, "k", "a", 120_000), 1);
+    assert!(pttl(&mut con, "k") > 110_000);
+    assert_eq!(release(&mut con, "k", "a"), 1);
+    let ttl = pttl(&mut con, "k");
+    assert!((50_000..=60_000).contains(&ttl), "back to b's lease: {ttl}");
+    assert_eq!(release(&mut con, "k", "a"), 0);
+    assert_eq!(release(&mut con, "k", "b"), 1);
+    assert_eq!(dbsize(&mut con), 0);
+}
+
+/// Holdings as `(owner, token)`, and the key's absolute expiry, on a server.
+fn holdings_of(con: &mut Connection, key: &str) -> (Vec<(Vec<u8>, i64)>, i64) {
+    let info = lock_info(con, key).expect("held");
+    let at: i64 = query(con, &["PEXPIRETIME", key]).unwrap();
+    (
+        info.holders
+            .into_iter()
+            .map(|h| (h.owner, h.token))
+            .collect(),
+        at,
+    )
+}
+
+#[test]
+fn a_replica_and_an_aof_restart_hold_the_same_shared_holdings_and_lapses() {
+    let mut master = Server::with(Config::default().aof());
+    let replica = Server::start();
+    replica.replicate_from(&master);
+    let (mut m, mut r) = (master.connection(), replica.connection());
+    acquire_with(&mut m, "doc", "keeper", 60_000, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    acquire_with(&mut m, "doc", "short", 300, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    acquire_with(&mut m, "doc", "third", 30_000, &["LIMIT", "5"])
+        .unwrap()
+        .unwrap();
+    assert_eq!(extend(&mut m, "doc", "third", 40_000), 1);
+    // The short holding lapses: the master removes it on its own (nobody touches the
+    // key) and says so.
+    wait_until(Duration::from_secs(5), || {
+        lock_stat(&mut m, "expirations") == 1
+    });
+    assert_eq!(owners(&mut m, "doc"), ["keeper", "third"]);
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut m).unwrap();
+    let on_master = holdings_of(&mut m, "doc");
+    assert_eq!(holdings_of(&mut r, "doc"), on_master);
+    let digest = |con: &mut Connection| -> String {
+        query(con, &["DEBUG", "DIGEST-VALUE", "doc"])
+            .map(|v: Vec<String>| v.concat())
+            .unwrap()
+    };
+    assert_eq!(
+        digest(&mut r),
+        digest(&mut m),
+        "the same holdings and expiries"
+    );
+    master.kill();
+    master.restart();
+    let mut m = master.connection();
+    assert_eq!(holdings_of(&mut m, "doc"), on_master);
+}
+
+#[test]
+fn shared_holdings_survive_dump_restore_and_debug_reload() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire_with(&mut con, "doc", "a", 60_000, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    acquire_with(&mut con, "doc", "b", 50_000, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    let before = holdings_of(&mut con, "doc");
+    let payload: Vec<u8> = query(&mut con, &["DUMP", "doc"]).unwrap();
+    let _: () = redis::cmd("RESTORE")
+        .arg("copy")
+        .arg(0)
+        .arg(payload)
+        .arg("ABSTTL")
+        .query(&mut con)
+        .unwrap_or_else(|e: redis::RedisError| panic!("{e}"));
+    let copy = lock_info(&mut con, "copy").unwrap();
+    assert_eq!(copy.holders.len(), 2);
+    let _: Value = query(&mut con, &["DEBUG", "RELOAD"]).unwrap();
+    assert_eq!(holdings_of(&mut con, "doc"), before);
+}
