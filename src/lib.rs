@@ -66,6 +66,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         || !ffi::events::subscribe(ctx)
         || !ffi::block::subscribe_flush(ctx)
         || !ffi::events::subscribe_config(ctx)
+        || !ffi::role::subscribe(ctx)
     {
         return Status::Err;
     }

@@ -268,3 +268,26 @@ fn a_release_replays_on_replicas_and_from_the_aof_whatever_their_owner_limit() {
     }
     assert_eq!(lock_info(&mut m, "held").unwrap().owner, owner.as_bytes());
 }
+
+#[test]
+fn a_promoted_replica_never_mints_a_token_of_the_master_it_replaced() {
+    // The old master was cut off and does not know it was replaced: both grant, in
+    // the same milliseconds, at the clock floor.
+    let (master, replica) = pair();
+    let (mut m, mut r) = (master.connection(), replica.connection());
+    let before = acquire(&mut m, "before", "a", 60_000).unwrap();
+    sync(&mut m);
+    let _: () = query(&mut r, &["REPLICAOF", "NO", "ONE"]).unwrap();
+    let (mut old, mut new) = (Vec::new(), Vec::new());
+    for i in 0..300 {
+        old.push(acquire(&mut m, &format!("old{i}"), "a", 60_000).unwrap());
+        new.push(acquire(&mut r, &format!("new{i}"), "b", 60_000).unwrap());
+    }
+    assert!(old.iter().all(|t| t % 10 == before % 10), "{old:?}");
+    assert!(new.iter().all(|t| t % 10 != before % 10), "{new:?}");
+    assert!(new.iter().all(|t| !old.contains(t)));
+    assert!(new[0] > before);
+    assert!(replica
+        .log()
+        .contains("now a master; its fencing tokens end in the digit"));
+}

@@ -14,6 +14,7 @@ pub mod datatype;
 pub mod events;
 pub mod info;
 pub mod key;
+pub mod role;
 
 use std::ffi::{c_int, CStr, CString};
 use std::ptr;
