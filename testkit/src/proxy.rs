@@ -123,6 +123,11 @@ impl Drop for Proxy {
 }
 
 fn link(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
+    // As Redis does on its own sockets: without it, Nagle's algorithm holds a small
+    // write back until the previous one is acknowledged, and delayed ACKs make that
+    // up to 40 ms per round trip (a replica's acknowledgement for WAIT, say).
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
     let dropped = Arc::new(AtomicBool::new(false));
     let (Ok(client_in), Ok(server_in), Ok(client_out), Ok(server_out)) = (
         client.try_clone(),
