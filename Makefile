@@ -7,7 +7,7 @@ MODULE    := target/release/libredis_lock.so
 DEBS      := redis-server redis-tools redis-sentinel libclang-dev
 PYTHON    ?= python3
 
-.PHONY: all build run test bench demo memcheck fuzz torture deps lint clean
+.PHONY: all build run test bench demo memcheck fuzz torture failover deps lint clean
 
 all: build
 
@@ -74,6 +74,15 @@ TORTURE_SECONDS ?= 60
 torture: build
 	$(CARGO) run --release -p lock-torture -- run --seconds $(TORTURE_SECONDS) \
 	  --module $(CURDIR)/$(MODULE)
+
+# Locks through real failovers (failover/): a master and two replicas with the module,
+# three redis-sentinels, 12 workers through Sentinel; the master killed, stopped and
+# partitioned, replicas restarted; plain, durable and bounded (min-replicas-*) modes,
+# FAILOVER_SECONDS each. The summary goes to stdout and bench/FAILOVER.md.
+FAILOVER_SECONDS ?= 90
+failover: build
+	$(CARGO) run --release -p lock-failover -- run --seconds $(FAILOVER_SECONDS) \
+	  --module $(CURDIR)/$(MODULE) --write bench/FAILOVER.md
 
 # Hostile input: the cargo-fuzz targets in fuzz/ (argument parsing, waiter queues,
 # lock rules and tokens; FUZZ_SECONDS each, with AddressSanitizer), then a million
