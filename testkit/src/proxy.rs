@@ -15,7 +15,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -35,11 +35,13 @@ struct Shared {
     links: Mutex<Vec<Link>>,
 }
 
-/// One proxied connection: both sockets, and whether bytes of it were dropped.
+/// One proxied connection: both sockets, whether bytes of it were dropped, and how
+/// many of its two directions are still being forwarded.
 struct Link {
     client: TcpStream,
     server: TcpStream,
     dropped: Arc<AtomicBool>,
+    forwarding: Arc<AtomicUsize>,
 }
 
 impl Link {
@@ -129,6 +131,7 @@ fn link(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     let dropped = Arc::new(AtomicBool::new(false));
+    let forwarding = Arc::new(AtomicUsize::new(2));
     let (Ok(client_in), Ok(server_in), Ok(client_out), Ok(server_out)) = (
         client.try_clone(),
         server.try_clone(),
@@ -137,22 +140,29 @@ fn link(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
     ) else {
         return;
     };
-    forward(shared, client_in, server_out, Arc::clone(&dropped));
-    forward(shared, server_in, client_out, Arc::clone(&dropped));
-    shared
-        .links
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(Link {
-            client,
-            server,
-            dropped,
-        });
+    forward(shared, client_in, server_out, &dropped, &forwarding);
+    forward(shared, server_in, client_out, &dropped, &forwarding);
+    let mut links = shared.links.lock().unwrap_or_else(|e| e.into_inner());
+    // Connections both of whose directions ended hold nothing but their sockets:
+    // keeping them would use up the process's file descriptors in a long run.
+    links.retain(|link| link.forwarding.load(Ordering::SeqCst) > 0);
+    links.push(Link {
+        client,
+        server,
+        dropped,
+        forwarding,
+    });
 }
 
 /// Copies `from` to `to` in two threads: one reads and stamps each chunk, the other
 /// holds it for the delay and then writes it, or drops it in a black hole.
-fn forward(shared: &Arc<Shared>, mut from: TcpStream, mut to: TcpStream, dropped: Arc<AtomicBool>) {
+fn forward(
+    shared: &Arc<Shared>,
+    mut from: TcpStream,
+    mut to: TcpStream,
+    dropped: &Arc<AtomicBool>,
+    forwarding: &Arc<AtomicUsize>,
+) {
     let (chunks, queued) = mpsc::channel::<(Instant, Vec<u8>)>();
     thread::spawn(move || {
         let mut buf = [0u8; 16 * 1024];
@@ -163,6 +173,7 @@ fn forward(shared: &Arc<Shared>, mut from: TcpStream, mut to: TcpStream, dropped
         }
     });
     let shared = Arc::clone(shared);
+    let (dropped, forwarding) = (Arc::clone(dropped), Arc::clone(forwarding));
     thread::spawn(move || {
         for (arrived, bytes) in queued {
             let delay = Duration::from_micros(shared.delay_us.load(Ordering::SeqCst));
@@ -180,6 +191,7 @@ fn forward(shared: &Arc<Shared>, mut from: TcpStream, mut to: TcpStream, dropped
             }
         }
         let _ = to.shutdown(Shutdown::Write);
+        forwarding.fetch_sub(1, Ordering::SeqCst);
     });
 }
 
@@ -247,5 +259,21 @@ mod tests {
         con.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let took = round_trip(&mut con).unwrap();
         assert!(took >= Duration::from_millis(200), "{took:?}: both ways");
+    }
+
+    #[test]
+    fn connections_that_ended_are_let_go() {
+        let proxy = Proxy::start(echo());
+        for _ in 0..200 {
+            let mut con = TcpStream::connect(("127.0.0.1", proxy.port())).unwrap();
+            con.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            round_trip(&mut con).unwrap();
+        }
+        thread::sleep(Duration::from_millis(200));
+        let mut last = TcpStream::connect(("127.0.0.1", proxy.port())).unwrap();
+        last.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        round_trip(&mut last).unwrap();
+        let kept = proxy.shared.links.lock().unwrap().len();
+        assert!(kept < 10, "{kept} links kept for 1 open connection");
     }
 }
