@@ -114,7 +114,11 @@ pub fn check(records: &Records) -> Report {
     report.faults = records
         .faults
         .iter()
-        .map(|fault| outcome(records, fault))
+        .enumerate()
+        .map(|(i, fault)| {
+            let next = records.faults.get(i + 1).map_or(i128::MAX, |f| f.start);
+            outcome(records, fault, next)
+        })
         .collect();
     report
 }
@@ -219,11 +223,12 @@ fn equal_tokens(grants: &[Grant]) -> Vec<String> {
     found
 }
 
-fn outcome(records: &Records, fault: &crate::records::Fault) -> FaultOutcome {
+/// What followed `fault`, up to the start of the next one.
+fn outcome(records: &Records, fault: &crate::records::Fault, next: i128) -> FaultOutcome {
     let switch = records
         .masters
         .iter()
-        .find(|&&(since, node)| since > fault.start && node != fault.node);
+        .find(|&&(since, node)| since > fault.start && since < next && node != fault.node);
     let first_grant = switch.and_then(|&(_, new)| {
         records
             .grants
@@ -392,5 +397,28 @@ mod tests {
         assert_eq!(fault.stale_master_ms, Some(2000.0));
         assert_eq!(fault.stale_grants, 1);
         assert_eq!(report.replaced_master_grants, 1);
+    }
+
+    #[test]
+    fn a_failover_after_the_next_fault_began_is_not_the_first_ones() {
+        let mut run = records(vec![grant("b", 20, 1, 2500, 2600)]);
+        run.masters = vec![(0, 0), (2000 * MS, 1)];
+        run.faults = vec![
+            Fault {
+                kind: "replica-restart".into(),
+                node: 2,
+                start: 500 * MS,
+                end: 600 * MS,
+            },
+            Fault {
+                kind: "kill".into(),
+                node: 0,
+                start: 1000 * MS,
+                end: 3000 * MS,
+            },
+        ];
+        let report = check(&run);
+        assert_eq!(report.faults[0].failover_ms, None);
+        assert_eq!(report.faults[1].failover_ms, Some(1000.0));
     }
 }

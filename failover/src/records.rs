@@ -6,7 +6,7 @@
 //!   index), sent at `sent`, reply received at `reply`;
 //! - `NONE key t`: the wait ended without the lock; `ERROR key t kind`: the acquire
 //!   failed (`kind` is one word: `not-replicated`, `readonly`, `noreplicas`,
-//!   `connection`, …); `UNANSWERED key t sent`: no reply within the wait and a
+//!   `connection`, …; the error's text follows, blanks as `_`); `UNANSWERED key t sent`: no reply within the wait and a
 //!   grace period (`sent` 1 if the request had reached a server's socket);
 //! - `WRITE key owner n seq accepted`: fenced write number `n` of that holding, the
 //!   resource's sequence number `seq` of it, accepted (1) or rejected as stale (0);
@@ -110,7 +110,7 @@ fn read_line(line: &str, records: &mut Records, by_owner: &mut BTreeMap<String, 
     match fields.as_slice() {
         ["ASK", ..] => records.asks += 1,
         ["NONE", ..] => records.nones += 1,
-        ["ERROR", _, _, kind] => *records.errors.entry(kind.to_string()).or_default() += 1,
+        ["ERROR", _, _, kind, ..] => *records.errors.entry(kind.to_string()).or_default() += 1,
         ["UNANSWERED", key, t, sent] => records.unanswered.push(format!("{key} {t} {sent}")),
         ["GRANT", key, owner, ..] if fields.len() == 8 => {
             let (Some(token), Some(node), Some(sent), Some(reply), Some(ttl)) =

@@ -214,7 +214,11 @@ impl Worker {
                 return;
             }
             Ok(Err(error)) => {
-                self.record(format_args!("ERROR {key} {reply} {}", kind(&error)));
+                let detail = error.to_string().replace(char::is_whitespace, "_");
+                self.record(format_args!(
+                    "ERROR {key} {reply} {} {detail}",
+                    kind(&error)
+                ));
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 return;
             }
