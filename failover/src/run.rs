@@ -198,7 +198,8 @@ fn run_mode(options: &Options, mode: Mode, module: &Path, seed: u64) -> Result<M
     }
 
     // Faults from 2 s in until a few seconds before the end, each kind in turn (in
-    // a shuffled order), each on a settled topology.
+    // a shuffled order), each on a settled topology and followed by a few quiet
+    // seconds, so each mode also shows how it runs between faults.
     let quiet_tail = (options.wait_ms as i128 + 4000) * 1_000_000;
     let mut kinds = options.faults.clone();
     let mut last_failover: Option<Instant> = None;
@@ -224,7 +225,7 @@ fn run_mode(options: &Options, mode: Mode, module: &Path, seed: u64) -> Result<M
             if kind.fails_over() {
                 last_failover = Some(Instant::now());
             }
-            thread::sleep(Duration::from_millis(rng.gen_range(500..1500)));
+            thread::sleep(Duration::from_millis(rng.gen_range(1500..3000)));
         }
     }
 
