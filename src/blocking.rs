@@ -45,6 +45,7 @@ use redis_lock_core::{Kind, Lock, Mode};
 
 use crate::commands::{Reply, OOM, WRONGTYPE};
 use crate::ffi::block::Blocked;
+use crate::ffi::entry;
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Ctx};
 use crate::propagate;
@@ -142,7 +143,7 @@ pub struct Request<'a> {
 /// (`expiry`, as the caller read it) is watched so the queue moves the moment it
 /// lapses.
 pub fn enqueue(ctx: Ctx, key: &[u8], request: Request<'_>, expiry: Option<i64>) -> Reply {
-    let Some(handle) = ctx.block() else {
+    let Some(handle) = entry::block(ctx) else {
         return Reply::error("ERR this client cannot be blocked");
     };
     let db = ctx.selected_db();
@@ -349,12 +350,12 @@ fn watch(ctx: Ctx, db: i32, key: &[u8], due: i64) {
         key: key.into(),
         due,
     };
-    let Some(id) = ctx.start_timer(delay_until(now, due), job) else {
+    let Some(id) = entry::start_timer(ctx, delay_until(now, due), job) else {
         return;
     };
     let replaced = with(|w| w.key_timers.insert((db, key.into()), Armed { id, due })).flatten();
     if let Some(old) = replaced {
-        ctx.stop_timer(old.id);
+        entry::stop_timer(ctx, old.id);
     }
 }
 
@@ -370,12 +371,12 @@ fn arm_timeouts(ctx: Ctx) {
     if !needs_arming(current, due) {
         return;
     }
-    let Some(id) = ctx.start_timer(delay_until(now, due), TimerJob::Timeouts) else {
+    let Some(id) = entry::start_timer(ctx, delay_until(now, due), TimerJob::Timeouts) else {
         return;
     };
     let replaced = with(|w| w.timeout_timer.replace(Armed { id, due })).flatten();
     if let Some(old) = replaced {
-        ctx.stop_timer(old.id);
+        entry::stop_timer(ctx, old.id);
     }
 }
 
@@ -494,7 +495,11 @@ fn hand_off_from_timer(ctx: Ctx, db: i32, key: &[u8]) {
 fn take_back(ctx: Ctx, db: i32, key: &[u8], token: i64) {
     if ctx.writes_paused() {
         let key = key.into();
-        ctx.start_timer(PAUSED_RETRY_MS, TimerJob::Undelivered { db, key, token });
+        entry::start_timer(
+            ctx,
+            PAUSED_RETRY_MS,
+            TimerJob::Undelivered { db, key, token },
+        );
         return;
     }
     let mut open = OpenKey::write_bytes(ctx, key);
@@ -534,7 +539,7 @@ fn mark(keys: impl IntoIterator<Item = (i32, Box<[u8]>, Mark)>) {
         w.marked.len() > before && !std::mem::replace(&mut w.marked_timer_armed, true)
     });
     if arm == Some(true) {
-        Ctx::module().start_timer(0, TimerJob::Marked);
+        entry::start_timer(Ctx::module(), 0, TimerJob::Marked);
     }
 }
 
@@ -579,7 +584,7 @@ pub fn left(ctx: Ctx, handle: Blocked) -> bool {
         STATS.waiters.decr();
     }
     if let Some((db, key, token)) = with(|w| w.in_flight.remove(&handle)).flatten() {
-        ctx.start_timer(0, TimerJob::Undelivered { db, key, token });
+        entry::start_timer(ctx, 0, TimerJob::Undelivered { db, key, token });
     }
     was_waiting
 }

@@ -4,7 +4,7 @@ use super::args::{parse_acquire, Wait};
 use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
 use crate::blocking;
 use crate::ffi::key::OpenKey;
-use crate::ffi::{Arg, Args, Ctx};
+use crate::ffi::{Arg, Argv, Ctx};
 use crate::propagate;
 use crate::state::{limits, MINT, STATS};
 use redis_lock_core::rules::{Acquire, AcquirePlan};
@@ -21,7 +21,7 @@ pub const COMMAND: Command = Command {
     handler: acquire,
 };
 
-fn acquire(ctx: Ctx, args: &Args) -> Result<Reply, Reply> {
+fn acquire(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     let mut buf = [&[][..]; MAX_ARGS];
     let (key, rest) = key_and_rest(args, 4, &mut buf)?;
     let limits = limits();

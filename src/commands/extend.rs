@@ -4,7 +4,7 @@ use super::args::parse_extend;
 use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
 use crate::blocking;
 use crate::ffi::key::OpenKey;
-use crate::ffi::{Arg, Args, Ctx};
+use crate::ffi::{Arg, Argv, Ctx};
 use crate::propagate;
 use crate::state::{limits, STATS};
 use redis_lock_core::store;
@@ -21,7 +21,7 @@ pub const COMMAND: Command = Command {
     handler: extend,
 };
 
-fn extend(ctx: Ctx, args: &Args) -> Result<Reply, Reply> {
+fn extend(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     let mut buf = [&[][..]; MAX_ARGS];
     let (key, rest) = key_and_rest(args, 4, &mut buf)?;
     let request = parse_extend(rest, &limits())?;

@@ -3,10 +3,10 @@
 use super::args::parse_owner;
 use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
 use crate::blocking;
-use crate::events;
 use crate::ffi::key::OpenKey;
-use crate::ffi::{Arg, Args, Ctx};
+use crate::ffi::{Arg, Argv, Ctx};
 use crate::propagate;
+use crate::removals;
 use crate::state::STATS;
 use redis_lock_core::rules::ReleasePlan;
 use redis_lock_core::store;
@@ -23,7 +23,7 @@ pub const COMMAND: Command = Command {
     handler: release,
 };
 
-fn release(ctx: Ctx, args: &Args) -> Result<Reply, Reply> {
+fn release(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     let mut buf = [&[][..]; MAX_ARGS];
     let (key, rest) = key_and_rest(args, 3, &mut buf)?;
     let [owner] = rest else {
@@ -49,7 +49,7 @@ fn release(ctx: Ctx, args: &Args) -> Result<Reply, Reply> {
     match plan {
         ReleasePlan::NotHeld => return Ok(Reply::Integer(0)),
         ReleasePlan::DeleteKey => {
-            events::forget_unlinked();
+            removals::forget_unlinked();
             propagate::release_as_called(ctx, Arg::Str(key), true);
         }
         ReleasePlan::RemoveHolding { .. } => {

@@ -23,21 +23,21 @@ pub enum Stored<'a> {
 /// Closing it signals the key as modified (`WATCH`, client-side caching) exactly
 /// when a write through it succeeded: the module asks Redis not to signal every key
 /// opened for writing (`set_module_options`).
-pub struct OpenKey {
+pub struct OpenKey<'c> {
     key: *mut raw::RedisModuleKey,
-    ctx: Ctx,
+    ctx: Ctx<'c>,
     /// The key's name; made by `write_bytes` (and freed on drop) or borrowed.
     name: *mut raw::RedisModuleString,
     owns_name: bool,
     modified: bool,
 }
 
-impl OpenKey {
-    pub fn read(ctx: Ctx, name: &RString) -> Self {
+impl<'c> OpenKey<'c> {
+    pub fn read(ctx: Ctx<'c>, name: &RString) -> Self {
         Self::open(ctx, name.as_ptr(), false, raw::REDISMODULE_READ)
     }
 
-    pub fn write(ctx: Ctx, name: &RString) -> Self {
+    pub fn write(ctx: Ctx<'c>, name: &RString) -> Self {
         Self::open(
             ctx,
             name.as_ptr(),
@@ -47,7 +47,7 @@ impl OpenKey {
     }
 
     /// Opens for writing a key known only by its bytes (timers, events).
-    pub fn write_bytes(ctx: Ctx, name: &[u8]) -> Self {
+    pub fn write_bytes(ctx: Ctx<'c>, name: &[u8]) -> Self {
         let name = call!(RedisModule_CreateString(ctx.raw(), name.as_ptr().cast(), name.len()) else std::ptr::null_mut());
         Self::open(
             ctx,
@@ -57,7 +57,7 @@ impl OpenKey {
         )
     }
 
-    fn open(ctx: Ctx, name: *mut raw::RedisModuleString, owns_name: bool, mode: u32) -> Self {
+    fn open(ctx: Ctx<'c>, name: *mut raw::RedisModuleString, owns_name: bool, mode: u32) -> Self {
         let key = if name.is_null() {
             std::ptr::null_mut()
         } else {
@@ -150,7 +150,7 @@ impl OpenKey {
     }
 }
 
-impl Drop for OpenKey {
+impl Drop for OpenKey<'_> {
     fn drop(&mut self) {
         if !self.key.is_null() {
             call!(RedisModule_CloseKey(self.key) else ());
@@ -174,7 +174,7 @@ fn unsafe_lock_ref<'a>(value: *mut c_void) -> Option<&'a Lock> {
 
 /// A lock key, written through Redis. A key that holds another type reads as free:
 /// callers answer WRONGTYPE first (`OpenKey::holds_other_type`).
-impl Store for OpenKey {
+impl Store for OpenKey<'_> {
     fn lock(&self) -> Option<&Lock> {
         match self.stored() {
             Stored::Lock(lock) => Some(lock),
