@@ -104,6 +104,24 @@ struct Waiting {
 thread_local! {
     // Redis calls module code from its main thread only.
     static WAITING: RefCell<Waiting> = RefCell::new(Waiting::default());
+    // True while the module deletes a key it hands off right after itself.
+    static DELETING_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `delete`, a deletion by the module that its caller follows with a hand-off
+/// of the key (LOCK.RELEASE, a take-back): Redis's unlink callback then does not
+/// mark the key for a second hand-off from a timer, which would find it held and
+/// cost a timer per release.
+pub fn deleting_here<T>(delete: impl FnOnce() -> T) -> T {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            DELETING_HERE.with(|flag| flag.set(false));
+        }
+    }
+    DELETING_HERE.with(|flag| flag.set(true));
+    let _reset = Reset;
+    delete()
 }
 
 /// Runs `f` on the waiting state. Callers never call into Redis inside `f`: Redis may
@@ -511,7 +529,7 @@ fn take_back(ctx: Ctx, db: i32, key: &[u8], token: i64) {
         return;
     };
     let now = Some(ctx.now_ms());
-    let Ok(plan) = store::release(&mut open, &owner, now) else {
+    let Ok(plan) = deleting_here(|| store::release(&mut open, &owner, now)) else {
         return;
     };
     let lapse = next_lapse(&open);
@@ -547,7 +565,7 @@ fn mark(keys: impl IntoIterator<Item = (i32, Box<[u8]>, Mark)>) {
 /// Called from inside Redis's deletion, where writes are not allowed: a timer hands
 /// off right after.
 pub fn key_removed(db: i32, key: &[u8]) {
-    if waiters(db, key) > 0 {
+    if waiters(db, key) > 0 && !DELETING_HERE.with(std::cell::Cell::get) {
         mark([(db, key.into(), Mark::Removed)]);
     }
 }

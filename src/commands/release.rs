@@ -42,7 +42,8 @@ fn release(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
         blocking::settle(ctx, &mut open, Arg::Str(key));
         Some(ctx.now_ms())
     };
-    let plan = store::release(&mut open, owner, now)?;
+    // The hand-off below follows at once.
+    let plan = blocking::deleting_here(|| store::release(&mut open, owner, now))?;
     let next_lapse = blocking::next_lapse(&open);
     drop(open);
     let db = ctx.selected_db();
