@@ -47,7 +47,7 @@ use crate::commands::{Reply, OOM, WRONGTYPE};
 use crate::ffi::block::Blocked;
 use crate::ffi::entry;
 use crate::ffi::key::OpenKey;
-use crate::ffi::{Arg, Ctx};
+use crate::ffi::{Arg, Ctx, RString};
 use crate::propagate;
 use crate::state::{MINT, STATS};
 
@@ -332,10 +332,32 @@ fn refuse_grants(step: HandOff<Blocked>, error: &'static str) {
     STATS.waiters.sub(count);
 }
 
-/// The lock at `key` got a new expiry from the module (a refresh, LOCK.EXTEND):
-/// its waiters' timer fires sooner if the lock now expires sooner.
-pub fn expiry_changed(ctx: Ctx, db: i32, key: &[u8], expires_at: i64) {
-    watch_expiry(ctx, db, key, Some(expires_at));
+/// A holding of the open `key` got a new expiry from the module (a refresh,
+/// LOCK.EXTEND): tells replicas and subscribers, and watches what moved (the
+/// waiters' timer fires sooner if the lock now expires sooner; a shared holding may
+/// now lapse first).
+pub fn holding_moved(
+    ctx: Ctx,
+    open: OpenKey,
+    key: &RString,
+    owner: Arg<'_>,
+    token: i64,
+    moved: Moved,
+) {
+    let next_lapse = next_lapse(&open);
+    drop(open);
+    let (at, key_at) = (moved.expires_at, moved.key_expires_at);
+    propagate::expiry(ctx, Arg::Str(key), owner, token, at, key_at, moved.mode);
+    let db = ctx.selected_db();
+    watch_expiry(ctx, db, key.as_bytes(), Some(key_at));
+    watch_lapse(ctx, db, key.as_bytes(), next_lapse);
+}
+
+/// Where a holding's expiry moved to.
+pub struct Moved {
+    pub mode: Mode,
+    pub expires_at: i64,
+    pub key_expires_at: i64,
 }
 
 /// Watches the expiry of a lock that clients wait for: due one millisecond after

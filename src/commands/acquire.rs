@@ -61,20 +61,13 @@ fn acquire(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
             expires_at,
             key_expires_at,
         } => {
-            let next_lapse = blocking::next_lapse(&open);
-            drop(open);
             let owner = args.string(2).map_or(Arg::Bytes(request.owner), Arg::Str);
-            propagate::expiry(
-                ctx,
-                Arg::Str(key),
-                owner,
-                token,
+            let moved = blocking::Moved {
+                mode,
                 expires_at,
                 key_expires_at,
-                mode,
-            );
-            blocking::expiry_changed(ctx, db, key_bytes, key_expires_at);
-            blocking::watch_lapse(ctx, db, key_bytes, next_lapse);
+            };
+            blocking::holding_moved(ctx, open, key, owner, token, moved);
             STATS.refreshes.incr();
             Ok(Reply::Integer(token))
         }

@@ -5,7 +5,6 @@ use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
 use crate::blocking;
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Argv, Ctx};
-use crate::propagate;
 use crate::state::{limits, STATS};
 use redis_lock_core::store;
 
@@ -32,21 +31,13 @@ fn extend(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     let Some(plan) = store::extend(&mut open, request.owner, request.ttl, ctx.now_ms())? else {
         return Ok(Reply::Integer(0));
     };
-    let next_lapse = blocking::next_lapse(&open);
-    drop(open);
     let owner = args.string(2).map_or(Arg::Bytes(request.owner), Arg::Str);
-    propagate::expiry(
-        ctx,
-        Arg::Str(key),
-        owner,
-        token,
-        plan.expires_at,
-        plan.key_expires_at,
-        plan.mode,
-    );
-    let db = ctx.selected_db();
-    blocking::expiry_changed(ctx, db, key.as_bytes(), plan.key_expires_at);
-    blocking::watch_lapse(ctx, db, key.as_bytes(), next_lapse);
+    let moved = blocking::Moved {
+        mode: plan.mode,
+        expires_at: plan.expires_at,
+        key_expires_at: plan.key_expires_at,
+    };
+    blocking::holding_moved(ctx, open, key, owner, token, moved);
     STATS.extends.incr();
     Ok(Reply::Integer(1))
 }
