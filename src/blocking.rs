@@ -550,7 +550,7 @@ fn take_back(ctx: Ctx, db: i32, key: &[u8], token: i64) {
     let Some((owner, mode)) = owner else {
         return;
     };
-    let now = Some(ctx.now_ms());
+    let now = || Some(ctx.now_ms());
     let Ok(plan) = deleting_here(|| store::release(&mut open, &owner, now)) else {
         return;
     };

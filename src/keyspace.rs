@@ -111,7 +111,7 @@ fn load_holding(io: &ModuleIo, with_expiry: bool) -> Option<LoadedHolding> {
 pub fn save(io: &ModuleIo, lock: &Lock) {
     let holders = lock.holders(None);
     io.save_unsigned(mode_code(lock.mode()));
-    io.save_unsigned(holders.len() as u64);
+    io.save_unsigned(lock.len() as u64);
     for holder in holders {
         fault::check("rdb_save", holder.owner);
         io.save_bytes(holder.owner);

@@ -27,7 +27,6 @@ fn extend(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     let mut open = OpenKey::write(ctx, key);
     lock_in(&open)?;
     blocking::settle(ctx, &mut open, Arg::Str(key));
-    let token = open_token(&open, request.owner);
     let Some(plan) = store::extend(&mut open, request.owner, request.ttl, ctx.now_ms())? else {
         return Ok(Reply::Integer(0));
     };
@@ -37,15 +36,7 @@ fn extend(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
         expires_at: plan.expires_at,
         key_expires_at: plan.key_expires_at,
     };
-    blocking::holding_moved(ctx, open, key, owner, token, moved);
+    blocking::holding_moved(ctx, open, key, owner, plan.token, moved);
     STATS.extends.incr();
     Ok(Reply::Integer(1))
-}
-
-/// The token of `owner`'s holding, whatever its mode (0 when it has none).
-fn open_token(open: &OpenKey, owner: &[u8]) -> i64 {
-    use redis_lock_core::store::Store;
-    open.lock()
-        .and_then(|lock| lock.token_of(owner, lock.mode()))
-        .unwrap_or(0)
 }

@@ -40,9 +40,9 @@ fn info(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     if holders.is_empty() {
         return Ok(Reply::Null);
     }
-    Ok(Reply::Info(LockInfo {
+    Ok(Reply::Info(Box::new(LockInfo {
         mode: lock.mode(),
         holders,
         waiters: blocking::waiters(ctx.selected_db(), key.as_bytes()) as i64,
-    }))
+    })))
 }

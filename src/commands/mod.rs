@@ -63,7 +63,8 @@ pub enum Reply {
     Ok,
     Error(Cow<'static, str>),
     WrongArity,
-    Info(LockInfo),
+    /// Boxed: the other replies stay small, and are moved on every call.
+    Info(Box<LockInfo>),
     /// The client is blocked; its reply comes when it is woken.
     Blocked,
 }

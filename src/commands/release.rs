@@ -36,12 +36,10 @@ fn release(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     let mut open = OpenKey::write(ctx, key);
     lock_in(&open)?;
     // The master judges lapses and says so; a replica follows (see `blocking::settle`).
-    let now = if replaying {
-        None
-    } else {
+    if !replaying {
         blocking::settle(ctx, &mut open, Arg::Str(key));
-        Some(ctx.now_ms())
-    };
+    }
+    let now = || (!replaying).then(|| ctx.now_ms());
     // The hand-off below follows at once.
     let plan = blocking::deleting_here(|| store::release(&mut open, owner, now))?;
     let next_lapse = blocking::next_lapse(&open);

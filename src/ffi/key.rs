@@ -30,6 +30,10 @@ pub struct OpenKey<'c> {
     name: *mut raw::RedisModuleString,
     owns_name: bool,
     modified: bool,
+    /// What the key holds, looked up once when it was opened and kept up to date by
+    /// the writes through this `OpenKey` (nothing else writes the key meanwhile): the
+    /// lock value (null when empty), or `Err` for a value of another type.
+    value: Result<*mut c_void, ()>,
 }
 
 impl<'c> OpenKey<'c> {
@@ -69,6 +73,7 @@ impl<'c> OpenKey<'c> {
             name,
             owns_name,
             modified: false,
+            value: look_up(key),
         }
     }
 
@@ -90,22 +95,7 @@ impl<'c> OpenKey<'c> {
     /// The key's lock value (null when the key is empty), or `Err` when it holds a
     /// value of another type.
     fn lock_value(&self) -> Result<*mut c_void, ()> {
-        if self.key.is_null() {
-            return Ok(std::ptr::null_mut());
-        }
-        let key_type =
-            call!(RedisModule_KeyType(self.key) else raw::REDISMODULE_KEYTYPE_EMPTY as _);
-        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as i32 {
-            return Ok(std::ptr::null_mut());
-        }
-        let ours = lock_type();
-        if key_type != raw::REDISMODULE_KEYTYPE_MODULE as i32
-            || ours.is_null()
-            || call!(RedisModule_ModuleTypeGetType(self.key) else std::ptr::null_mut()) != ours
-        {
-            return Err(());
-        }
-        Ok(call!(RedisModule_ModuleTypeGetValue(self.key) else std::ptr::null_mut()))
+        self.value
     }
 
     /// Stores `lock` as the key's value, replacing what was there; the key loses any
@@ -121,6 +111,7 @@ impl<'c> OpenKey<'c> {
             drop(unsafe { Box::from_raw(value) });
             return false;
         }
+        self.value = Ok(value.cast::<c_void>());
         self.modified = true;
         true
     }
@@ -145,7 +136,10 @@ impl<'c> OpenKey<'c> {
     pub fn delete(&mut self) -> bool {
         let deleted =
             !self.key.is_null() && call!(RedisModule_DeleteKey(self.key) else super::ERR) == OK;
-        self.modified |= deleted;
+        if deleted {
+            self.value = Ok(std::ptr::null_mut());
+            self.modified = true;
+        }
         deleted
     }
 }
@@ -162,6 +156,26 @@ impl Drop for OpenKey<'_> {
             call!(RedisModule_FreeString(self.ctx.raw(), self.name) else ());
         }
     }
+}
+
+/// What an open key holds: its lock value (null when empty), or `Err` for a value of
+/// another type.
+fn look_up(key: *mut raw::RedisModuleKey) -> Result<*mut c_void, ()> {
+    if key.is_null() {
+        return Ok(std::ptr::null_mut());
+    }
+    let key_type = call!(RedisModule_KeyType(key) else raw::REDISMODULE_KEYTYPE_EMPTY as _);
+    if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as i32 {
+        return Ok(std::ptr::null_mut());
+    }
+    let ours = lock_type();
+    if key_type != raw::REDISMODULE_KEYTYPE_MODULE as i32
+        || ours.is_null()
+        || call!(RedisModule_ModuleTypeGetType(key) else std::ptr::null_mut()) != ours
+    {
+        return Err(());
+    }
+    Ok(call!(RedisModule_ModuleTypeGetValue(key) else std::ptr::null_mut()))
 }
 
 /// The lock a value pointer of our type points to.
