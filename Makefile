@@ -69,11 +69,15 @@ memcheck: deps
 	  $(CARGO) test --workspace --tests --no-fail-fast -- --test-threads=2
 	tests/memcheck/check-logs $(MEMCHECK_LOGS)
 
-# Worker processes, killed workers, killed servers, paused holders (torture/).
+# Worker processes, killed workers, killed servers, paused holders (torture/), for
+# exclusive locks, semaphores and read-write locks in turn.
 TORTURE_SECONDS ?= 60
+TORTURE_MODES ?= exclusive semaphore rw
 torture: build
-	$(CARGO) run --release -p lock-torture -- run --seconds $(TORTURE_SECONDS) \
-	  --module $(CURDIR)/$(MODULE)
+	for mode in $(TORTURE_MODES); do \
+	  $(CARGO) run --release -p lock-torture -- run --seconds $(TORTURE_SECONDS) \
+	    --mode $$mode --module $(CURDIR)/$(MODULE) || exit 1; \
+	done
 
 # Locks through real failovers (failover/): a master and two replicas with the module,
 # three redis-sentinels, 12 workers through Sentinel; the master killed, stopped and

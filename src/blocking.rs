@@ -45,8 +45,9 @@ use redis_lock_core::{Kind, Lock, Mode};
 
 use crate::commands::{Reply, OOM, WRONGTYPE};
 use crate::ffi::block::Blocked;
+use crate::ffi::entry;
 use crate::ffi::key::OpenKey;
-use crate::ffi::{Arg, Ctx};
+use crate::ffi::{Arg, Ctx, RString};
 use crate::propagate;
 use crate::state::{MINT, STATS};
 
@@ -103,6 +104,24 @@ struct Waiting {
 thread_local! {
     // Redis calls module code from its main thread only.
     static WAITING: RefCell<Waiting> = RefCell::new(Waiting::default());
+    // True while the module deletes a key it hands off right after itself.
+    static DELETING_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `delete`, a deletion by the module that its caller follows with a hand-off
+/// of the key (LOCK.RELEASE, a take-back): Redis's unlink callback then does not
+/// mark the key for a second hand-off from a timer, which would find it held and
+/// cost a timer per release.
+pub fn deleting_here<T>(delete: impl FnOnce() -> T) -> T {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            DELETING_HERE.with(|flag| flag.set(false));
+        }
+    }
+    DELETING_HERE.with(|flag| flag.set(true));
+    let _reset = Reset;
+    delete()
 }
 
 /// Runs `f` on the waiting state. Callers never call into Redis inside `f`: Redis may
@@ -142,7 +161,7 @@ pub struct Request<'a> {
 /// (`expiry`, as the caller read it) is watched so the queue moves the moment it
 /// lapses.
 pub fn enqueue(ctx: Ctx, key: &[u8], request: Request<'_>, expiry: Option<i64>) -> Reply {
-    let Some(handle) = ctx.block() else {
+    let Some(handle) = entry::block(ctx) else {
         return Reply::error("ERR this client cannot be blocked");
     };
     let db = ctx.selected_db();
@@ -313,10 +332,32 @@ fn refuse_grants(step: HandOff<Blocked>, error: &'static str) {
     STATS.waiters.sub(count);
 }
 
-/// The lock at `key` got a new expiry from the module (a refresh, LOCK.EXTEND):
-/// its waiters' timer fires sooner if the lock now expires sooner.
-pub fn expiry_changed(ctx: Ctx, db: i32, key: &[u8], expires_at: i64) {
-    watch_expiry(ctx, db, key, Some(expires_at));
+/// A holding of the open `key` got a new expiry from the module (a refresh,
+/// LOCK.EXTEND): tells replicas and subscribers, and watches what moved (the
+/// waiters' timer fires sooner if the lock now expires sooner; a shared holding may
+/// now lapse first).
+pub fn holding_moved(
+    ctx: Ctx,
+    open: OpenKey,
+    key: &RString,
+    owner: Arg<'_>,
+    token: i64,
+    moved: Moved,
+) {
+    let next_lapse = next_lapse(&open);
+    drop(open);
+    let (at, key_at) = (moved.expires_at, moved.key_expires_at);
+    propagate::expiry(ctx, Arg::Str(key), owner, token, at, key_at, moved.mode);
+    let db = ctx.selected_db();
+    watch_expiry(ctx, db, key.as_bytes(), Some(key_at));
+    watch_lapse(ctx, db, key.as_bytes(), next_lapse);
+}
+
+/// Where a holding's expiry moved to.
+pub struct Moved {
+    pub mode: Mode,
+    pub expires_at: i64,
+    pub key_expires_at: i64,
 }
 
 /// Watches the expiry of a lock that clients wait for: due one millisecond after
@@ -349,12 +390,12 @@ fn watch(ctx: Ctx, db: i32, key: &[u8], due: i64) {
         key: key.into(),
         due,
     };
-    let Some(id) = ctx.start_timer(delay_until(now, due), job) else {
+    let Some(id) = entry::start_timer(ctx, delay_until(now, due), job) else {
         return;
     };
     let replaced = with(|w| w.key_timers.insert((db, key.into()), Armed { id, due })).flatten();
     if let Some(old) = replaced {
-        ctx.stop_timer(old.id);
+        entry::stop_timer(ctx, old.id);
     }
 }
 
@@ -370,12 +411,12 @@ fn arm_timeouts(ctx: Ctx) {
     if !needs_arming(current, due) {
         return;
     }
-    let Some(id) = ctx.start_timer(delay_until(now, due), TimerJob::Timeouts) else {
+    let Some(id) = entry::start_timer(ctx, delay_until(now, due), TimerJob::Timeouts) else {
         return;
     };
     let replaced = with(|w| w.timeout_timer.replace(Armed { id, due })).flatten();
     if let Some(old) = replaced {
-        ctx.stop_timer(old.id);
+        entry::stop_timer(ctx, old.id);
     }
 }
 
@@ -494,7 +535,11 @@ fn hand_off_from_timer(ctx: Ctx, db: i32, key: &[u8]) {
 fn take_back(ctx: Ctx, db: i32, key: &[u8], token: i64) {
     if ctx.writes_paused() {
         let key = key.into();
-        ctx.start_timer(PAUSED_RETRY_MS, TimerJob::Undelivered { db, key, token });
+        entry::start_timer(
+            ctx,
+            PAUSED_RETRY_MS,
+            TimerJob::Undelivered { db, key, token },
+        );
         return;
     }
     let mut open = OpenKey::write_bytes(ctx, key);
@@ -505,8 +550,8 @@ fn take_back(ctx: Ctx, db: i32, key: &[u8], token: i64) {
     let Some((owner, mode)) = owner else {
         return;
     };
-    let now = Some(ctx.now_ms());
-    let Ok(plan) = store::release(&mut open, &owner, now) else {
+    let now = || Some(ctx.now_ms());
+    let Ok(plan) = deleting_here(|| store::release(&mut open, &owner, now)) else {
         return;
     };
     let lapse = next_lapse(&open);
@@ -534,7 +579,7 @@ fn mark(keys: impl IntoIterator<Item = (i32, Box<[u8]>, Mark)>) {
         w.marked.len() > before && !std::mem::replace(&mut w.marked_timer_armed, true)
     });
     if arm == Some(true) {
-        Ctx::module().start_timer(0, TimerJob::Marked);
+        entry::start_timer(Ctx::module(), 0, TimerJob::Marked);
     }
 }
 
@@ -542,7 +587,7 @@ fn mark(keys: impl IntoIterator<Item = (i32, Box<[u8]>, Mark)>) {
 /// Called from inside Redis's deletion, where writes are not allowed: a timer hands
 /// off right after.
 pub fn key_removed(db: i32, key: &[u8]) {
-    if waiters(db, key) > 0 {
+    if waiters(db, key) > 0 && !DELETING_HERE.with(std::cell::Cell::get) {
         mark([(db, key.into(), Mark::Removed)]);
     }
 }
@@ -579,7 +624,7 @@ pub fn left(ctx: Ctx, handle: Blocked) -> bool {
         STATS.waiters.decr();
     }
     if let Some((db, key, token)) = with(|w| w.in_flight.remove(&handle)).flatten() {
-        ctx.start_timer(0, TimerJob::Undelivered { db, key, token });
+        entry::start_timer(ctx, 0, TimerJob::Undelivered { db, key, token });
     }
     was_waiting
 }

@@ -9,8 +9,10 @@
 
 use std::ffi::CStr;
 
-use crate::events;
+use crate::fault;
+use crate::ffi::datatype::{AofRewrite, Digest, ModuleIo};
 use crate::ffi::RString;
+use crate::removals;
 use crate::state::MINT;
 use redis_lock_core::holdings::SharedHolding;
 use redis_lock_core::owner::Owner;
@@ -39,9 +41,9 @@ pub type LoadedHolding = (Vec<u8>, i64, i64);
 /// A lock read back from RDB or a DUMP payload; `None` rejects a corrupt value. Its
 /// tokens raise the mint's high-water mark, so a key that arrives by RESTORE or
 /// cluster migration never sees a smaller token afterwards.
-pub fn loaded(mode: u64, holdings: Vec<LoadedHolding>) -> Option<Lock> {
+fn loaded(mode: u64, holdings: Vec<LoadedHolding>) -> Option<Lock> {
     for (owner, token, _) in &holdings {
-        crate::fault::check("rdb_load", owner);
+        fault::check("rdb_load", owner);
         if owner.is_empty() || *token <= 0 {
             return None;
         }
@@ -73,16 +75,113 @@ pub fn loaded(mode: u64, holdings: Vec<LoadedHolding>) -> Option<Lock> {
     Some(lock)
 }
 
+/// The most holdings a value may claim to have before the loader reserves memory
+/// for them: a corrupt count must not make it reserve much (holdings are read one
+/// by one anyway).
+const MAX_HOLDINGS_RESERVED: u64 = 1024;
+
+/// Reads a lock value written with encoding `encver`; `None` for a corrupt or
+/// unknown one (Redis then refuses the RDB or RESTORE payload).
+pub fn load(io: &ModuleIo, encver: i32) -> Option<Lock> {
+    let (mode, holdings) = match encver {
+        ENCODING_V1 => (0, vec![load_holding(io, false)?]),
+        ENCODING_VERSION => {
+            let mode = io.load_unsigned()?;
+            let count = io.load_unsigned()?;
+            let mut holdings = Vec::with_capacity(count.min(MAX_HOLDINGS_RESERVED) as usize);
+            for _ in 0..count {
+                holdings.push(load_holding(io, true)?);
+            }
+            (mode, holdings)
+        }
+        _ => return None,
+    };
+    loaded(mode, holdings)
+}
+
+/// Owner, token and (version 2) expiry of one holding.
+fn load_holding(io: &ModuleIo, with_expiry: bool) -> Option<LoadedHolding> {
+    let owner = io.load_bytes()?;
+    let token = io.load_signed()?;
+    let expires_at = if with_expiry { io.load_signed()? } else { 0 };
+    Some((owner, token, expires_at))
+}
+
+/// Writes `lock` in the current encoding.
+pub fn save(io: &ModuleIo, lock: &Lock) {
+    let holders = lock.holders(None);
+    io.save_unsigned(mode_code(lock.mode()));
+    io.save_unsigned(lock.len() as u64);
+    for holder in holders {
+        fault::check("rdb_save", holder.owner);
+        io.save_bytes(holder.owner);
+        io.save_signed(holder.token);
+        // An exclusive holding's expiry is the key's, which Redis saves.
+        io.save_signed(match lock.mode() {
+            Mode::Exclusive => 0,
+            Mode::Shared => holder.expires_at.unwrap_or(0),
+        });
+    }
+}
+
+/// Writes `lock` to a rewritten AOF as the commands that re-create it. Redis appends
+/// the key's PEXPIREAT after them, so an exclusive holding carries no expiry of its
+/// own. Each holding carries the token mark too: an AOF rewritten without RDB
+/// preamble has no other place for it.
+pub fn rewrite(aof: &AofRewrite<'_>, lock: &Lock) {
+    let mark = aux_value();
+    for holder in lock.holders(None) {
+        fault::check("aof_rewrite", holder.owner);
+        match (lock.mode(), holder.expires_at) {
+            (Mode::Shared, Some(at)) => {
+                aof.emit_shared_holding(APPLY_COMMAND, holder.owner, holder.token, at, mark)
+            }
+            _ => aof.emit_holding(APPLY_COMMAND, holder.owner, holder.token, c"MARK", mark),
+        }
+    }
+}
+
+/// Adds `lock` to `DEBUG DIGEST`: each holding's owner, token and (shared) expiry.
+pub fn digest(digest: &Digest, lock: &Lock) {
+    for holder in lock.holders(None) {
+        fault::check("digest", holder.owner);
+        digest.add_bytes(holder.owner);
+        digest.add_i64(holder.token);
+        if lock.mode() == Mode::Shared {
+            digest.add_i64(holder.expires_at.unwrap_or(0));
+        }
+        digest.end_element();
+    }
+}
+
+/// What `MEMORY USAGE` counts for `lock`.
+pub fn memory(lock: &Lock) -> usize {
+    for holder in lock.holders(None) {
+        fault::check("mem_usage", holder.owner);
+    }
+    std::mem::size_of::<Lock>() + lock.heap_size()
+}
+
 /// Saved in every RDB before the keys: the highest token minted or seen.
 pub fn aux_value() -> i64 {
     MINT.high_water()
 }
 
-pub fn aux_loaded(high_water: i64) {
-    MINT.observe(high_water);
+/// Reads the aux data saved by [`aux_value`]; false for an unknown encoding.
+pub fn aux_load(io: &ModuleIo, encver: i32) -> bool {
+    if encver != ENCODING_VERSION && encver != ENCODING_V1 {
+        return false;
+    }
+    match io.load_signed() {
+        Some(high_water) => {
+            MINT.observe(high_water);
+            true
+        }
+        None => false,
+    }
 }
 
 /// Redis is removing the lock at `key` in database `db` from the keyspace.
 pub fn unlinked(db: i32, key: &RString) {
-    events::lock_unlinked(db, key);
+    removals::lock_unlinked(db, key);
 }

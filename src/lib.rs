@@ -11,17 +11,17 @@
 
 pub mod blocking;
 pub mod commands;
-pub mod events;
 pub mod fault;
 pub mod ffi;
 pub mod keyspace;
 pub mod observe;
 pub mod propagate;
+pub mod removals;
 pub mod state;
 
 use redis_module::{configuration::ConfigurationFlags, redis_module, Context, RedisString, Status};
 
-use crate::ffi::datatype::LOCK_TYPE;
+use crate::ffi::entry::LOCK_TYPE;
 use crate::state::{DEFAULT_MAX_OWNER_LEN, MAX_OWNER_LEN, MAX_TTL, OWNER_LEN_CEILING};
 
 // The Redis allocator is only there inside redis-server; unit tests and fuzz targets
@@ -32,46 +32,14 @@ use redis_module::alloc::RedisAlloc as ModuleAllocator;
 use std::alloc::System as ModuleAllocator;
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
-    let missing = ffi::missing_required_apis();
-    if !missing.is_empty() {
-        ctx.log_warning(&format!(
-            "lock module needs Redis 7.0 or newer; this server lacks {}",
-            missing.join(", ")
-        ));
-        return Status::Err;
-    }
     let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
-    match state::parse_load_args(&args) {
-        Ok(chosen) => {
-            for (setting, value) in chosen {
-                setting
-                    .value
-                    .store(value, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
+    match ffi::entry::load(ctx, &args) {
+        Ok(()) => Status::Ok,
         Err(reason) => {
             ctx.log_warning(&format!("lock module: {reason}"));
-            return Status::Err;
+            Status::Err
         }
     }
-    let ctx = ffi::Ctx::new(ctx.ctx);
-    ffi::log_panics();
-    ffi::datatype::set_module_options(ctx);
-    if let Err(error) = ffi::command::register(ctx) {
-        redis_module::raw::redis_log(ctx.raw(), &format!("lock module: {error}"));
-        return Status::Err;
-    }
-    if !ffi::init_module_ctx(ctx)
-        || !ffi::info::register(ctx)
-        || !ffi::events::subscribe(ctx)
-        || !ffi::block::subscribe_flush(ctx)
-        || !ffi::events::subscribe_config(ctx)
-        || !ffi::role::subscribe(ctx)
-    {
-        return Status::Err;
-    }
-    ffi::events::warn_if_locks_can_be_evicted(ctx);
-    Status::Ok
 }
 
 redis_module! {

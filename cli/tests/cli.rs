@@ -51,6 +51,17 @@ fn now_ns() -> u128 {
         .as_nanos()
 }
 
+/// A child's script that records in `dir/log` when it starts and ends (`start ns`,
+/// `end ns` lines), sleeping `seconds` in between; and that log's path.
+fn recording_child(dir: &Path, seconds: &str) -> (PathBuf, String) {
+    let log = dir.join("log");
+    let script = format!(
+        "echo start $(date +%s%N) >> {log}; sleep {seconds}; echo end $(date +%s%N) >> {log}",
+        log = log.display()
+    );
+    (log, script)
+}
+
 fn held(server: &Server, key: &str) -> bool {
     server.connection().lock_info(key).unwrap().is_some()
 }
@@ -61,11 +72,7 @@ use redis_lock_client::LockCommands;
 fn two_runs_of_one_key_never_overlap_and_the_second_skips_or_waits() {
     let server = Server::start();
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("log");
-    let script = format!(
-        "echo start $(date +%s%N) >> {log}; sleep 0.6; echo end $(date +%s%N) >> {log}",
-        log = log.display()
-    );
+    let (log, script) = recording_child(dir.path(), "0.6");
     let first = run(&server.url(), &[], "job", &script);
     common::wait_until(Duration::from_secs(5), || held(&server, "job"));
     let busy = finish(run(&server.url(), &[], "job", &script));
@@ -534,11 +541,7 @@ fn most_at_once(log: &Path) -> usize {
 fn with_limit_3_eight_runs_never_run_more_than_3_children_at_once() {
     let server = Server::start();
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("log");
-    let script = format!(
-        "echo start $(date +%s%N) >> {log}; sleep 0.3; echo end $(date +%s%N) >> {log}",
-        log = log.display()
-    );
+    let (log, script) = recording_child(dir.path(), "0.3");
     let runs: Vec<Child> = (0..8)
         .map(|_| {
             run(
@@ -563,11 +566,7 @@ fn with_limit_3_eight_runs_never_run_more_than_3_children_at_once() {
 fn shared_runs_run_together_and_an_exclusive_run_waits_for_them() {
     let server = Server::start();
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("log");
-    let script = format!(
-        "echo start $(date +%s%N) >> {log}; sleep 0.5; echo end $(date +%s%N) >> {log}",
-        log = log.display()
-    );
+    let (log, script) = recording_child(dir.path(), "0.5");
     let readers: Vec<Child> = (0..3)
         .map(|_| run(&server.url(), &["--shared"], "catalog", &script))
         .collect();

@@ -104,31 +104,36 @@ impl Lock {
     }
 
     /// The holdings, oldest first, with their expiries (an exclusive holding's is
-    /// the key's, `key_expires_at`).
-    pub fn holders(&self, key_expires_at: Option<i64>) -> Vec<Holder<'_>> {
-        match self {
-            Lock::Exclusive { token, owner } => vec![Holder {
-                owner: owner.as_bytes(),
-                token: *token,
-                expires_at: key_expires_at,
-            }],
-            Lock::Shared(holdings) => holdings
-                .iter()
-                .map(|h| Holder {
-                    owner: h.owner.as_bytes(),
-                    token: h.token,
-                    expires_at: Some(h.expires_at),
-                })
-                .collect(),
-        }
+    /// the key's, `key_expires_at`). No allocation: the common exclusive lock is read
+    /// on every save, digest and reply.
+    pub fn holders(&self, key_expires_at: Option<i64>) -> impl Iterator<Item = Holder<'_>> + '_ {
+        let (exclusive, shared) = match self {
+            Lock::Exclusive { token, owner } => (
+                Some(Holder {
+                    owner: owner.as_bytes(),
+                    token: *token,
+                    expires_at: key_expires_at,
+                }),
+                &[][..],
+            ),
+            Lock::Shared(holdings) => (None, holdings.as_slice()),
+        };
+        exclusive.into_iter().chain(shared.iter().map(|h| Holder {
+            owner: h.owner.as_bytes(),
+            token: h.token,
+            expires_at: Some(h.expires_at),
+        }))
     }
 
     /// The holdings that still hold at `now_ms` (shared holdings whose expiry passed
     /// are gone, even before the module removes them).
-    pub fn live_holders(&self, key_expires_at: Option<i64>, now_ms: i64) -> Vec<Holder<'_>> {
-        let mut holders = self.holders(key_expires_at);
-        holders.retain(|h| h.expires_at.is_none_or(|at| holds_at(at, now_ms)));
-        holders
+    pub fn live_holders(
+        &self,
+        key_expires_at: Option<i64>,
+        now_ms: i64,
+    ) -> impl Iterator<Item = Holder<'_>> + '_ {
+        self.holders(key_expires_at)
+            .filter(move |h| h.expires_at.is_none_or(|at| holds_at(at, now_ms)))
     }
 
     /// The token of `owner`'s holding in `mode`, if it has one (lapsed or not).
@@ -148,6 +153,12 @@ impl Lock {
     /// True when `owner` has a holding here, in either mode (lapsed or not).
     pub fn is_held_by(&self, owner: &[u8]) -> bool {
         self.token_of(owner, self.mode()).is_some()
+    }
+
+    /// The token of `owner`'s holding, if it has one (lapsed or not), in the lock's
+    /// mode.
+    pub fn holding_of(&self, owner: &[u8]) -> Option<i64> {
+        self.token_of(owner, self.mode())
     }
 
     /// Shared holdings' count; 1 for an exclusive lock.
@@ -274,7 +285,7 @@ mod tests {
         let lock = Lock::exclusive(b"a", 7);
         assert_eq!(lock.key_expiry(Some(500)), Some(500));
         assert_eq!(
-            lock.holders(Some(500)),
+            lock.holders(Some(500)).collect::<Vec<_>>(),
             [Holder {
                 owner: b"a",
                 token: 7,
@@ -296,19 +307,13 @@ mod tests {
         lock.add_shared(b"c", 3, 200);
         assert_eq!(lock.key_expiry(None), Some(300));
         assert_eq!(lock.next_lapse(), Some(100));
-        assert_eq!(lock.live_holders(None, 150).len(), 2);
+        assert_eq!(lock.live_holders(None, 150).count(), 2);
         assert_eq!(lock.remove_lapsed(150), [b"b"[..].into()]);
         assert_eq!(lock.next_lapse(), Some(200));
         assert!(lock.set_shared_expiry(b"c", 300));
         assert_eq!(lock.next_lapse(), None, "all end together");
         assert!(lock.remove(b"a") && !lock.remove(b"a"));
-        assert_eq!(
-            lock.holders(None)
-                .iter()
-                .map(|h| h.token)
-                .collect::<Vec<_>>(),
-            [3]
-        );
+        assert_eq!(lock.holders(None).map(|h| h.token).collect::<Vec<_>>(), [3]);
         assert!(lock.remove(b"c") && lock.is_empty());
     }
 

@@ -115,12 +115,13 @@ pub fn plan_acquire(
     max_owner_len: usize,
 ) -> Result<AcquirePlan, LockError> {
     let mode = request.kind.mode();
-    let held_token = current.and_then(|lock| lock.token_of(request.owner, mode));
-    if let (Some(lock), None) = (current, held_token) {
-        if lock.is_held_by(request.owner) {
-            return Err(LockError::ModeConflict { held: lock.mode() });
-        }
-    }
+    // One look for the owner: its holding here, and in which mode.
+    let held_token =
+        match current.and_then(|lock| Some((lock.mode(), lock.holding_of(request.owner)?))) {
+            Some((held, _)) if held != mode => return Err(LockError::ModeConflict { held }),
+            Some((_, token)) => Some(token),
+            None => None,
+        };
     if held_token.is_none() && request.owner.len() > max_owner_len {
         return Err(LockError::OwnerTooLong {
             len: request.owner.len(),
@@ -179,13 +180,18 @@ pub enum ReleasePlan {
     RemoveHolding { key_expires_at: i64 },
 }
 
-/// Decides a release by `owner`. `now_ms` is `None` when replaying the master's
-/// decision (a replica and AOF loading never judge time: what the master released
-/// held there).
-pub fn plan_release(current: Option<&Lock>, owner: &[u8], now_ms: Option<i64>) -> ReleasePlan {
+/// Decides a release by `owner`. `now_ms` gives the time (read only for shared
+/// holdings), or `None` when replaying the master's decision (a replica and AOF
+/// loading never judge time: what the master released held there).
+pub fn plan_release(
+    current: Option<&Lock>,
+    owner: &[u8],
+    now_ms: impl FnOnce() -> Option<i64>,
+) -> ReleasePlan {
     match current {
         Some(Lock::Exclusive { owner: o, .. }) if o.as_bytes() == owner => ReleasePlan::DeleteKey,
         Some(Lock::Shared(holdings)) => {
+            let now_ms = now_ms();
             let live = |at: i64| now_ms.is_none_or(|now| holds_at(at, now));
             let mine = holdings
                 .iter()
@@ -212,6 +218,8 @@ pub fn plan_release(current: Option<&Lock>, owner: &[u8], now_ms: Option<i64>) -
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExtendPlan {
     pub mode: Mode,
+    /// The holding's token (it does not change).
+    pub token: i64,
     pub expires_at: i64,
     pub key_expires_at: i64,
 }
@@ -229,14 +237,15 @@ pub fn plan_extend(
     };
     let mode = lock.mode();
     let live = match lock {
-        Lock::Exclusive { owner: o, .. } => o.as_bytes() == owner,
+        Lock::Exclusive { owner: o, token } => (o.as_bytes() == owner).then_some(*token),
         Lock::Shared(holdings) => holdings
             .iter()
-            .any(|h| h.owner.as_bytes() == owner && holds_at(h.expires_at, now_ms)),
+            .find(|h| h.owner.as_bytes() == owner && holds_at(h.expires_at, now_ms))
+            .map(|h| h.token),
     };
-    if !live {
+    let Some(token) = live else {
         return Ok(None);
-    }
+    };
     let at = expires_at(now_ms, ttl_ms)?;
     let key_expires_at = match mode {
         Mode::Exclusive => at,
@@ -244,6 +253,7 @@ pub fn plan_extend(
     };
     Ok(Some(ExtendPlan {
         mode,
+        token,
         expires_at: at,
         key_expires_at,
     }))
@@ -525,33 +535,33 @@ mod tests {
     fn only_a_holder_releases_and_the_last_holding_deletes_the_key() {
         let lock = Lock::exclusive(b"a", 1);
         assert_eq!(
-            plan_release(Some(&lock), b"a", Some(NOW)),
+            plan_release(Some(&lock), b"a", || Some(NOW)),
             ReleasePlan::DeleteKey
         );
         assert_eq!(
-            plan_release(Some(&lock), b"b", Some(NOW)),
+            plan_release(Some(&lock), b"b", || Some(NOW)),
             ReleasePlan::NotHeld
         );
-        assert_eq!(plan_release(None, b"a", Some(NOW)), ReleasePlan::NotHeld);
+        assert_eq!(plan_release(None, b"a", || Some(NOW)), ReleasePlan::NotHeld);
         let mut readers = Lock::shared(b"r1", 1, NOW + 100);
         readers.add_shared(b"r2", 2, NOW + 300);
         assert_eq!(
-            plan_release(Some(&readers), b"r2", Some(NOW)),
+            plan_release(Some(&readers), b"r2", || Some(NOW)),
             ReleasePlan::RemoveHolding {
                 key_expires_at: NOW + 100
             }
         );
         assert_eq!(
-            plan_release(Some(&readers), b"r2", Some(NOW + 200)),
+            plan_release(Some(&readers), b"r2", || Some(NOW + 200)),
             ReleasePlan::DeleteKey,
             "the other holding has lapsed"
         );
         assert_eq!(
-            plan_release(Some(&readers), b"r1", Some(NOW + 200)),
+            plan_release(Some(&readers), b"r1", || Some(NOW + 200)),
             ReleasePlan::NotHeld
         );
         assert_eq!(
-            plan_release(Some(&readers), b"r1", None),
+            plan_release(Some(&readers), b"r1", || None),
             ReleasePlan::RemoveHolding {
                 key_expires_at: NOW + 300
             },
@@ -566,6 +576,7 @@ mod tests {
             plan_extend(Some(&lock), b"a", 50, NOW),
             Ok(Some(ExtendPlan {
                 mode: Mode::Exclusive,
+                token: 1,
                 expires_at: NOW + 50,
                 key_expires_at: NOW + 50
             }))
@@ -578,6 +589,7 @@ mod tests {
             plan_extend(Some(&readers), b"r1", 50, NOW),
             Ok(Some(ExtendPlan {
                 mode: Mode::Shared,
+                token: 1,
                 expires_at: NOW + 50,
                 key_expires_at: NOW + 300
             }))

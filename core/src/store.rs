@@ -164,7 +164,7 @@ pub fn acquire(
 pub fn release(
     store: &mut impl Store,
     owner: &[u8],
-    now_ms: Option<i64>,
+    now_ms: impl FnOnce() -> Option<i64>,
 ) -> Result<ReleasePlan, StoreError> {
     let plan = plan_release(store.lock(), owner, now_ms);
     match plan {
@@ -232,7 +232,6 @@ pub fn apply_hand_off<W>(
                 .filter(|lock| lock.mode() == Mode::Shared)
                 .and_then(|lock| {
                     lock.holders(None)
-                        .iter()
                         .filter(|h| *h.owner != *grant.owner)
                         .filter_map(|h| h.expires_at)
                         .filter(|at| holds_at(*at, now_ms))

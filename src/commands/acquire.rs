@@ -4,7 +4,7 @@ use super::args::{parse_acquire, Wait};
 use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
 use crate::blocking;
 use crate::ffi::key::OpenKey;
-use crate::ffi::{Arg, Args, Ctx};
+use crate::ffi::{Arg, Argv, Ctx};
 use crate::propagate;
 use crate::state::{limits, MINT, STATS};
 use redis_lock_core::rules::{Acquire, AcquirePlan};
@@ -21,7 +21,7 @@ pub const COMMAND: Command = Command {
     handler: acquire,
 };
 
-fn acquire(ctx: Ctx, args: &Args) -> Result<Reply, Reply> {
+fn acquire(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     let mut buf = [&[][..]; MAX_ARGS];
     let (key, rest) = key_and_rest(args, 4, &mut buf)?;
     let limits = limits();
@@ -61,20 +61,13 @@ fn acquire(ctx: Ctx, args: &Args) -> Result<Reply, Reply> {
             expires_at,
             key_expires_at,
         } => {
-            let next_lapse = blocking::next_lapse(&open);
-            drop(open);
             let owner = args.string(2).map_or(Arg::Bytes(request.owner), Arg::Str);
-            propagate::expiry(
-                ctx,
-                Arg::Str(key),
-                owner,
-                token,
+            let moved = blocking::Moved {
+                mode,
                 expires_at,
                 key_expires_at,
-                mode,
-            );
-            blocking::expiry_changed(ctx, db, key_bytes, key_expires_at);
-            blocking::watch_lapse(ctx, db, key_bytes, next_lapse);
+            };
+            blocking::holding_moved(ctx, open, key, owner, token, moved);
             STATS.refreshes.incr();
             Ok(Reply::Integer(token))
         }

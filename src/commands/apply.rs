@@ -13,7 +13,7 @@
 use super::args::parse_apply;
 use super::{key_and_rest, Command, KeyAccess, Reply, MAX_ARGS};
 use crate::ffi::key::OpenKey;
-use crate::ffi::{Arg, Args, Ctx};
+use crate::ffi::{Arg, Argv, Ctx};
 use crate::propagate;
 use crate::state::MINT;
 use redis_lock_core::holdings::SharedHolding;
@@ -36,7 +36,7 @@ pub const COMMAND: Command = Command {
 pub const REFUSED: &str =
     "ERR LOCK.APPLY is internal: only a master's replication stream and AOF loading may run it; use LOCK.ACQUIRE";
 
-fn apply(ctx: Ctx, args: &Args) -> Result<Reply, Reply> {
+fn apply(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     if !ctx.where_().replaying {
         return Err(Reply::error(REFUSED));
     }

@@ -4,8 +4,7 @@ use super::args::parse_extend;
 use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
 use crate::blocking;
 use crate::ffi::key::OpenKey;
-use crate::ffi::{Arg, Args, Ctx};
-use crate::propagate;
+use crate::ffi::{Arg, Argv, Ctx};
 use crate::state::{limits, STATS};
 use redis_lock_core::store;
 
@@ -21,40 +20,23 @@ pub const COMMAND: Command = Command {
     handler: extend,
 };
 
-fn extend(ctx: Ctx, args: &Args) -> Result<Reply, Reply> {
+fn extend(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     let mut buf = [&[][..]; MAX_ARGS];
     let (key, rest) = key_and_rest(args, 4, &mut buf)?;
     let request = parse_extend(rest, &limits())?;
     let mut open = OpenKey::write(ctx, key);
     lock_in(&open)?;
     blocking::settle(ctx, &mut open, Arg::Str(key));
-    let token = open_token(&open, request.owner);
     let Some(plan) = store::extend(&mut open, request.owner, request.ttl, ctx.now_ms())? else {
         return Ok(Reply::Integer(0));
     };
-    let next_lapse = blocking::next_lapse(&open);
-    drop(open);
     let owner = args.string(2).map_or(Arg::Bytes(request.owner), Arg::Str);
-    propagate::expiry(
-        ctx,
-        Arg::Str(key),
-        owner,
-        token,
-        plan.expires_at,
-        plan.key_expires_at,
-        plan.mode,
-    );
-    let db = ctx.selected_db();
-    blocking::expiry_changed(ctx, db, key.as_bytes(), plan.key_expires_at);
-    blocking::watch_lapse(ctx, db, key.as_bytes(), next_lapse);
+    let moved = blocking::Moved {
+        mode: plan.mode,
+        expires_at: plan.expires_at,
+        key_expires_at: plan.key_expires_at,
+    };
+    blocking::holding_moved(ctx, open, key, owner, plan.token, moved);
     STATS.extends.incr();
     Ok(Reply::Integer(1))
-}
-
-/// The token of `owner`'s holding, whatever its mode (0 when it has none).
-fn open_token(open: &OpenKey, owner: &[u8]) -> i64 {
-    use redis_lock_core::store::Store;
-    open.lock()
-        .and_then(|lock| lock.token_of(owner, lock.mode()))
-        .unwrap_or(0)
 }

@@ -3,7 +3,7 @@
 use super::{key_and_rest, lock_in, Command, HolderInfo, KeyAccess, LockInfo, Reply, MAX_ARGS};
 use crate::blocking;
 use crate::ffi::key::OpenKey;
-use crate::ffi::{Args, Ctx};
+use crate::ffi::{Argv, Ctx};
 
 pub const COMMAND: Command = Command {
     name: c"lock.info",
@@ -15,7 +15,7 @@ pub const COMMAND: Command = Command {
     handler: info,
 };
 
-fn info(ctx: Ctx, args: &Args) -> Result<Reply, Reply> {
+fn info(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     let mut buf = [&[][..]; MAX_ARGS];
     let key = match key_and_rest(args, 2, &mut buf)? {
         (key, []) => key,
@@ -40,9 +40,9 @@ fn info(ctx: Ctx, args: &Args) -> Result<Reply, Reply> {
     if holders.is_empty() {
         return Ok(Reply::Null);
     }
-    Ok(Reply::Info(LockInfo {
+    Ok(Reply::Info(Box::new(LockInfo {
         mode: lock.mode(),
         holders,
         waiters: blocking::waiters(ctx.selected_db(), key.as_bytes()) as i64,
-    }))
+    })))
 }

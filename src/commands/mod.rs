@@ -12,7 +12,7 @@ pub mod release;
 use std::borrow::Cow;
 
 use crate::ffi::key::{OpenKey, Stored};
-use crate::ffi::{Args, Ctx, RString};
+use crate::ffi::{Argv, Ctx, RString};
 use redis_lock_core::store::{Failure, StoreError};
 use redis_lock_core::{Lock, LockError, Mode};
 
@@ -29,7 +29,7 @@ pub struct Command {
     pub acl_categories: &'static std::ffi::CStr,
     pub summary: &'static std::ffi::CStr,
     /// The work: `Err` is a reply too (an error, mostly), so handlers can use `?`.
-    pub handler: fn(Ctx, &Args) -> Result<Reply, Reply>,
+    pub handler: fn(Ctx, &Argv) -> Result<Reply, Reply>,
 }
 
 /// How a command uses its key, for the key spec (cluster routing, ACL key patterns).
@@ -63,7 +63,8 @@ pub enum Reply {
     Ok,
     Error(Cow<'static, str>),
     WrongArity,
-    Info(LockInfo),
+    /// Boxed: the other replies stay small, and are moved on every call.
+    Info(Box<LockInfo>),
     /// The client is blocked; its reply comes when it is woken.
     Blocked,
 }
@@ -197,7 +198,7 @@ const MAX_ARGS: usize = 16;
 /// Splits `argv` into the key and the remaining arguments as bytes, after checking
 /// that there are at least `min_argc` (command name included).
 fn key_and_rest<'a, 'o>(
-    args: &Args<'a>,
+    args: &Argv<'a>,
     min_argc: usize,
     buf: &'o mut [&'a [u8]; MAX_ARGS],
 ) -> Result<(&'a RString, &'o [&'a [u8]]), Reply> {
@@ -210,7 +211,7 @@ fn key_and_rest<'a, 'o>(
 }
 
 /// The lock at an open key, or the WRONGTYPE reply.
-fn lock_in(open: &OpenKey) -> Result<Option<&Lock>, Reply> {
+fn lock_in<'k>(open: &'k OpenKey<'_>) -> Result<Option<&'k Lock>, Reply> {
     match open.stored() {
         Stored::Empty => Ok(None),
         Stored::Lock(lock) => Ok(Some(lock)),

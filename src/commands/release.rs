@@ -3,10 +3,10 @@
 use super::args::parse_owner;
 use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
 use crate::blocking;
-use crate::events;
 use crate::ffi::key::OpenKey;
-use crate::ffi::{Arg, Args, Ctx};
+use crate::ffi::{Arg, Argv, Ctx};
 use crate::propagate;
+use crate::removals;
 use crate::state::STATS;
 use redis_lock_core::rules::ReleasePlan;
 use redis_lock_core::store;
@@ -23,7 +23,7 @@ pub const COMMAND: Command = Command {
     handler: release,
 };
 
-fn release(ctx: Ctx, args: &Args) -> Result<Reply, Reply> {
+fn release(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     let mut buf = [&[][..]; MAX_ARGS];
     let (key, rest) = key_and_rest(args, 3, &mut buf)?;
     let [owner] = rest else {
@@ -36,20 +36,19 @@ fn release(ctx: Ctx, args: &Args) -> Result<Reply, Reply> {
     let mut open = OpenKey::write(ctx, key);
     lock_in(&open)?;
     // The master judges lapses and says so; a replica follows (see `blocking::settle`).
-    let now = if replaying {
-        None
-    } else {
+    if !replaying {
         blocking::settle(ctx, &mut open, Arg::Str(key));
-        Some(ctx.now_ms())
-    };
-    let plan = store::release(&mut open, owner, now)?;
+    }
+    let now = || (!replaying).then(|| ctx.now_ms());
+    // The hand-off below follows at once.
+    let plan = blocking::deleting_here(|| store::release(&mut open, owner, now))?;
     let next_lapse = blocking::next_lapse(&open);
     drop(open);
     let db = ctx.selected_db();
     match plan {
         ReleasePlan::NotHeld => return Ok(Reply::Integer(0)),
         ReleasePlan::DeleteKey => {
-            events::forget_unlinked();
+            removals::forget_unlinked();
             propagate::release_as_called(ctx, Arg::Str(key), true);
         }
         ReleasePlan::RemoveHolding { .. } => {

@@ -1,18 +1,17 @@
-//! Blocked clients, timers, databases and the flush event: the C side of waiting.
-//! What waiting means (queues, hand-offs) is in `crate::blocking`.
+//! Blocked clients, timers, databases and server events: safe wrappers with generic
+//! payloads. The callbacks Redis calls for them are in `ffi::entry`; what waiting
+//! means (queues, hand-offs) is in `crate::blocking`.
 //!
 //! A waiter is blocked with `RedisModule_BlockClient` (not `BlockClientOnKeys`: on
 //! Redis 7.0 a deleted or expired key wakes no one) and answered with
-//! `RedisModule_UnblockClient(bc, outcome)`; the reply callback then sends the outcome.
+//! `RedisModule_UnblockClient(bc, payload)`; the reply callback then sends it.
 
 use std::ffi::{c_int, c_void};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
 use redis_module::raw;
 
 use super::{call, Ctx, ERR, OK};
-use crate::blocking::{self, Outcome, TimerJob};
 use redis_lock_core::timers::MAX_TIMER_DELAY_MS;
 
 /// A blocked client, by the handle Redis gave it; valid until it is unblocked, times
@@ -21,132 +20,84 @@ use redis_lock_core::timers::MAX_TIMER_DELAY_MS;
 pub struct Blocked(usize);
 
 impl Blocked {
-    fn as_ptr(self) -> *mut raw::RedisModuleBlockedClient {
+    pub(super) fn from_ptr(bc: *mut raw::RedisModuleBlockedClient) -> Self {
+        Blocked(bc as usize)
+    }
+
+    pub(super) fn as_ptr(self) -> *mut raw::RedisModuleBlockedClient {
         self.0 as *mut raw::RedisModuleBlockedClient
     }
 
-    /// Wakes the client with `outcome` as its reply.
-    pub fn answer(self, outcome: Outcome) {
-        let data = Box::into_raw(Box::new(outcome)).cast::<c_void>();
+    /// Wakes the client; its reply callback gets `payload` (a `Box<T>` that the free
+    /// callback of its block must drop as a `T`).
+    pub fn answer<T>(self, payload: T) {
+        let data = Box::into_raw(Box::new(payload)).cast::<c_void>();
         if call!(RedisModule_UnblockClient(self.as_ptr(), data) else ERR) != OK {
             // SAFETY: Redis did not take the box.
-            drop(unsafe { Box::from_raw(data.cast::<Outcome>()) });
+            drop(unsafe { Box::from_raw(data.cast::<T>()) });
         }
     }
-}
 
-/// The blocked client a reply or timeout callback runs for.
-fn handle_of(ctx: Ctx) -> Blocked {
-    Blocked(call!(RedisModule_GetBlockedClientHandle(ctx.raw()) else ptr::null_mut()) as usize)
-}
-
-extern "C" fn reply(
-    ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    let ctx = Ctx::new(ctx);
-    let _ = catch_unwind(AssertUnwindSafe(|| blocking::delivered(handle_of(ctx))));
-    let data = call!(RedisModule_GetBlockedClientPrivateData(ctx.raw()) else ptr::null_mut());
-    // SAFETY: the private data is the `Box<Outcome>` given to `answer`, freed by
-    // `free_outcome` after this callback.
-    match unsafe { data.cast::<Outcome>().as_ref() } {
-        Some(Outcome::Token(token)) => ctx.reply_integer(*token),
-        Some(Outcome::Error(text)) => ctx.reply_error(text),
-        Some(Outcome::TimedOut) | None => ctx.reply_null(),
-    }
-    OK
-}
-
-/// Redis times out no waiter itself (they block without a Redis timeout; the module
-/// keeps their deadlines): this runs for `CLIENT UNBLOCK … TIMEOUT`, whose reply is
-/// null. A waiter the module had already answered with a grant may get here on
-/// Redis 7.2 and later, which then drop the grant's reply: the grant is taken back.
-extern "C" fn timeout(
-    ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    let ctx = Ctx::new(ctx);
-    let handle = handle_of(ctx);
-    let was_waiting = catch_unwind(AssertUnwindSafe(|| blocking::left(ctx, handle)));
-    ctx.reply_null();
-    // Redis frees the handle only once the module unblocks it, also after a timeout;
-    // the client is detached by then, so no second reply is sent. One already
-    // answered was unblocked then: a second unblock would free it twice.
-    if was_waiting.unwrap_or(false) {
-        call!(RedisModule_UnblockClient(handle.as_ptr(), ptr::null_mut()) else ERR);
-    }
-    OK
-}
-
-extern "C" fn disconnected(ctx: *mut raw::RedisModuleCtx, bc: *mut raw::RedisModuleBlockedClient) {
-    let handle = Blocked(bc as usize);
-    let was_waiting = catch_unwind(AssertUnwindSafe(|| blocking::left(Ctx::new(ctx), handle)));
-    // On a panic, leaking the handle is better than freeing it twice.
-    if was_waiting.unwrap_or(false) {
-        // Redis frees a handle blocked with RedisModule_BlockClient only when the
-        // module unblocks it, also after a disconnect; without a reply to send.
-        call!(RedisModule_UnblockClient(bc, ptr::null_mut()) else ERR);
+    /// Releases a handle Redis still holds, without a reply to send (after a
+    /// disconnect or an unblock by Redis). Must not be called for a client the
+    /// module already answered: Redis would free it twice.
+    pub(super) fn release(self) {
+        call!(RedisModule_UnblockClient(self.as_ptr(), ptr::null_mut()) else ERR);
     }
 }
 
-extern "C" fn free_outcome(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    if !data.is_null() {
-        super::guarded((), || {
-            // SAFETY: the only private data ever set is a `Box<Outcome>` from `answer`.
-            drop(unsafe { Box::from_raw(data.cast::<Outcome>()) });
-        })
-    }
+/// The callbacks of a blocked client, given by `ffi::entry`.
+#[derive(Clone, Copy)]
+pub struct BlockCallbacks {
+    pub reply: raw::RedisModuleCmdFunc,
+    pub timeout: raw::RedisModuleCmdFunc,
+    pub free: Option<unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void)>,
+    pub disconnect: raw::RedisModuleDisconnectFunc,
 }
 
-extern "C" fn timer_fired(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    if data.is_null() {
-        return;
-    }
-    // SAFETY: timer data is always a `Box<TimerJob>` from `start_timer`; Redis hands
-    // it back exactly once, here or to `stop_timer`.
-    let job = unsafe { Box::from_raw(data.cast::<TimerJob>()) };
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        blocking::timer_fired(Ctx::new(ctx), *job)
-    }));
+/// Takes back the `Box<T>` a payload pointer came from.
+///
+/// # Safety
+/// `data` is null or came from `Box::<T>::into_raw` (a block's answer, a timer's
+/// payload), and is taken back once.
+pub(super) unsafe fn take_payload<T>(data: *mut c_void) -> Option<Box<T>> {
+    // SAFETY: as the caller promises.
+    (!data.is_null()).then(|| unsafe { Box::from_raw(data.cast::<T>()) })
 }
 
-extern "C" fn flushed(
-    _ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    subevent: u64,
-    data: *mut c_void,
-) {
-    if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
-        return;
-    }
-    // SAFETY: the flush event passes a RedisModuleFlushInfo.
-    let Some(info) = (unsafe { data.cast::<raw::RedisModuleFlushInfo>().as_ref() }) else {
-        return;
-    };
-    // dbnum is -1 for FLUSHALL.
-    let db = (info.dbnum >= 0).then_some(info.dbnum);
-    let _ = catch_unwind(AssertUnwindSafe(|| blocking::flushed(db)));
-}
-
-impl Ctx {
-    /// Blocks the calling client until the module answers it: Redis is given no
-    /// timeout (the module keeps the waiter's deadline, see `crate::blocking`), only
-    /// the callback that `CLIENT UNBLOCK` needs. `None` when Redis refuses.
-    pub fn block(self) -> Option<Blocked> {
+impl Ctx<'_> {
+    /// Blocks the calling client until the module answers it, with Redis given no
+    /// timeout (the module keeps the waiter's deadline, see `crate::blocking`): only
+    /// the timeout callback `CLIENT UNBLOCK` needs. `None` when Redis refuses.
+    pub(super) fn block_with(self, callbacks: BlockCallbacks) -> Option<Blocked> {
         let bc = call!(RedisModule_BlockClient(
             self.raw(),
-            Some(reply),
-            Some(timeout),
-            Some(free_outcome),
+            callbacks.reply,
+            callbacks.timeout,
+            callbacks.free,
             0,
         ) else ptr::null_mut());
         if bc.is_null() {
             return None;
         }
-        call!(RedisModule_SetDisconnectCallback(bc, Some(disconnected)) else ());
+        call!(RedisModule_SetDisconnectCallback(bc, callbacks.disconnect) else ());
         Some(Blocked(bc as usize))
+    }
+
+    /// The blocked client a reply or timeout callback runs for.
+    pub(super) fn blocked_handle(self) -> Blocked {
+        Blocked(call!(RedisModule_GetBlockedClientHandle(self.raw()) else ptr::null_mut()) as usize)
+    }
+
+    /// The payload the blocked client of a reply callback was answered with.
+    ///
+    /// # Safety
+    /// Every answer of this block was a `T` ([`Blocked::answer`]).
+    pub(super) unsafe fn blocked_payload<'p, T>(self) -> Option<&'p T> {
+        let data = call!(RedisModule_GetBlockedClientPrivateData(self.raw()) else ptr::null_mut());
+        // SAFETY: as the caller promises; the payload lives until the block's free
+        // callback, after the reply callback.
+        unsafe { data.cast::<T>().as_ref() }
     }
 
     pub fn selected_db(self) -> i32 {
@@ -158,56 +109,53 @@ impl Ctx {
         self.selected_db() == db || call!(RedisModule_SelectDb(self.raw(), db) else ERR) == OK
     }
 
-    /// Runs `job` after `delay_ms`, bounded to `0..=MAX_TIMER_DELAY_MS` (Redis 7.0
-    /// overflows a longer period into the past); returns the timer id.
-    pub fn start_timer(self, delay_ms: i64, job: TimerJob) -> Option<u64> {
+    /// Runs `fire` with `payload` after `delay_ms`, bounded to `0..=MAX_TIMER_DELAY_MS`
+    /// (Redis 7.0 overflows a longer period into the past); returns the timer id.
+    pub(super) fn start_timer_with<T>(
+        self,
+        delay_ms: i64,
+        payload: T,
+        fire: raw::RedisModuleTimerProc,
+    ) -> Option<u64> {
         let delay_ms = delay_ms.clamp(0, MAX_TIMER_DELAY_MS);
-        let data = Box::into_raw(Box::new(job)).cast::<c_void>();
-        let id =
-            call!(RedisModule_CreateTimer(self.raw(), delay_ms, Some(timer_fired), data) else 0);
+        let data = Box::into_raw(Box::new(payload)).cast::<c_void>();
+        let id = call!(RedisModule_CreateTimer(self.raw(), delay_ms, fire, data) else 0);
         if id == 0 {
-            // SAFETY: the timer was not created; the job is still ours.
-            drop(unsafe { Box::from_raw(data.cast::<TimerJob>()) });
+            // SAFETY: the timer was not created; the payload is still ours.
+            drop(unsafe { Box::from_raw(data.cast::<T>()) });
             return None;
         }
         Some(id)
     }
 
-    /// Cancels a timer that has not fired yet; a fired or unknown id is ignored.
-    pub fn stop_timer(self, id: u64) {
+    /// Cancels a timer that has not fired yet, dropping its payload (a `T`); a fired
+    /// or unknown id is ignored.
+    pub(super) fn stop_timer_with<T>(self, id: u64) {
         let mut data: *mut c_void = ptr::null_mut();
-        if call!(RedisModule_StopTimer(self.raw(), id, &mut data) else ERR) == OK && !data.is_null()
-        {
-            // SAFETY: Redis hands back the `Box<TimerJob>` of a cancelled timer.
-            drop(unsafe { Box::from_raw(data.cast::<TimerJob>()) });
+        if call!(RedisModule_StopTimer(self.raw(), id, &mut data) else ERR) == OK {
+            // SAFETY: Redis hands back the payload of a cancelled timer, a `Box<T>`
+            // as the caller says.
+            drop(unsafe { take_payload::<T>(data) });
         }
     }
-}
 
-extern "C" fn swapped(
-    _ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    _subevent: u64,
-    data: *mut c_void,
-) {
-    // SAFETY: the swapdb event passes a RedisModuleSwapDbInfo.
-    let Some(info) = (unsafe { data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() }) else {
-        return;
-    };
-    let (first, second) = (info.dbnum_first, info.dbnum_second);
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        blocking::flushed(Some(first));
-        blocking::flushed(Some(second));
-    }));
-}
-
-/// Subscribes to FLUSHDB/FLUSHALL and SWAPDB, which change keys without per-key
-/// events: waiters of those databases then look at their keys again.
-pub fn subscribe_flush(ctx: Ctx) -> bool {
-    let subscribe = |id, callback: raw::RedisModuleEventCallback| {
+    /// Subscribes `callback` to the server event `id`.
+    pub(super) fn subscribe_server_event(
+        self,
+        id: u64,
+        callback: raw::RedisModuleEventCallback,
+    ) -> bool {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
-        call!(RedisModule_SubscribeToServerEvent(ctx.raw(), event, callback) else ERR) == OK
-    };
-    subscribe(raw::REDISMODULE_EVENT_FLUSHDB, Some(flushed))
-        && subscribe(raw::REDISMODULE_EVENT_SWAPDB, Some(swapped))
+        call!(RedisModule_SubscribeToServerEvent(self.raw(), event, callback) else ERR) == OK
+    }
+
+    /// Subscribes `callback` to the keyspace events of the classes in `types`.
+    pub(super) fn subscribe_keyspace(
+        self,
+        types: u32,
+        callback: raw::RedisModuleNotificationFunc,
+    ) -> bool {
+        call!(RedisModule_SubscribeToKeyspaceEvents(self.raw(), types as c_int, callback) else ERR)
+            == OK
+    }
 }

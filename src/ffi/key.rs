@@ -23,21 +23,25 @@ pub enum Stored<'a> {
 /// Closing it signals the key as modified (`WATCH`, client-side caching) exactly
 /// when a write through it succeeded: the module asks Redis not to signal every key
 /// opened for writing (`set_module_options`).
-pub struct OpenKey {
+pub struct OpenKey<'c> {
     key: *mut raw::RedisModuleKey,
-    ctx: Ctx,
+    ctx: Ctx<'c>,
     /// The key's name; made by `write_bytes` (and freed on drop) or borrowed.
     name: *mut raw::RedisModuleString,
     owns_name: bool,
     modified: bool,
+    /// What the key holds, looked up once when it was opened and kept up to date by
+    /// the writes through this `OpenKey` (nothing else writes the key meanwhile): the
+    /// lock value (null when empty), or `Err` for a value of another type.
+    value: Result<*mut c_void, ()>,
 }
 
-impl OpenKey {
-    pub fn read(ctx: Ctx, name: &RString) -> Self {
+impl<'c> OpenKey<'c> {
+    pub fn read(ctx: Ctx<'c>, name: &RString) -> Self {
         Self::open(ctx, name.as_ptr(), false, raw::REDISMODULE_READ)
     }
 
-    pub fn write(ctx: Ctx, name: &RString) -> Self {
+    pub fn write(ctx: Ctx<'c>, name: &RString) -> Self {
         Self::open(
             ctx,
             name.as_ptr(),
@@ -47,7 +51,7 @@ impl OpenKey {
     }
 
     /// Opens for writing a key known only by its bytes (timers, events).
-    pub fn write_bytes(ctx: Ctx, name: &[u8]) -> Self {
+    pub fn write_bytes(ctx: Ctx<'c>, name: &[u8]) -> Self {
         let name = call!(RedisModule_CreateString(ctx.raw(), name.as_ptr().cast(), name.len()) else std::ptr::null_mut());
         Self::open(
             ctx,
@@ -57,7 +61,7 @@ impl OpenKey {
         )
     }
 
-    fn open(ctx: Ctx, name: *mut raw::RedisModuleString, owns_name: bool, mode: u32) -> Self {
+    fn open(ctx: Ctx<'c>, name: *mut raw::RedisModuleString, owns_name: bool, mode: u32) -> Self {
         let key = if name.is_null() {
             std::ptr::null_mut()
         } else {
@@ -69,6 +73,7 @@ impl OpenKey {
             name,
             owns_name,
             modified: false,
+            value: look_up(key),
         }
     }
 
@@ -90,22 +95,7 @@ impl OpenKey {
     /// The key's lock value (null when the key is empty), or `Err` when it holds a
     /// value of another type.
     fn lock_value(&self) -> Result<*mut c_void, ()> {
-        if self.key.is_null() {
-            return Ok(std::ptr::null_mut());
-        }
-        let key_type =
-            call!(RedisModule_KeyType(self.key) else raw::REDISMODULE_KEYTYPE_EMPTY as _);
-        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as i32 {
-            return Ok(std::ptr::null_mut());
-        }
-        let ours = lock_type();
-        if key_type != raw::REDISMODULE_KEYTYPE_MODULE as i32
-            || ours.is_null()
-            || call!(RedisModule_ModuleTypeGetType(self.key) else std::ptr::null_mut()) != ours
-        {
-            return Err(());
-        }
-        Ok(call!(RedisModule_ModuleTypeGetValue(self.key) else std::ptr::null_mut()))
+        self.value
     }
 
     /// Stores `lock` as the key's value, replacing what was there; the key loses any
@@ -121,6 +111,7 @@ impl OpenKey {
             drop(unsafe { Box::from_raw(value) });
             return false;
         }
+        self.value = Ok(value.cast::<c_void>());
         self.modified = true;
         true
     }
@@ -145,12 +136,15 @@ impl OpenKey {
     pub fn delete(&mut self) -> bool {
         let deleted =
             !self.key.is_null() && call!(RedisModule_DeleteKey(self.key) else super::ERR) == OK;
-        self.modified |= deleted;
+        if deleted {
+            self.value = Ok(std::ptr::null_mut());
+            self.modified = true;
+        }
         deleted
     }
 }
 
-impl Drop for OpenKey {
+impl Drop for OpenKey<'_> {
     fn drop(&mut self) {
         if !self.key.is_null() {
             call!(RedisModule_CloseKey(self.key) else ());
@@ -164,6 +158,26 @@ impl Drop for OpenKey {
     }
 }
 
+/// What an open key holds: its lock value (null when empty), or `Err` for a value of
+/// another type.
+fn look_up(key: *mut raw::RedisModuleKey) -> Result<*mut c_void, ()> {
+    if key.is_null() {
+        return Ok(std::ptr::null_mut());
+    }
+    let key_type = call!(RedisModule_KeyType(key) else raw::REDISMODULE_KEYTYPE_EMPTY as _);
+    if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as i32 {
+        return Ok(std::ptr::null_mut());
+    }
+    let ours = lock_type();
+    if key_type != raw::REDISMODULE_KEYTYPE_MODULE as i32
+        || ours.is_null()
+        || call!(RedisModule_ModuleTypeGetType(key) else std::ptr::null_mut()) != ours
+    {
+        return Err(());
+    }
+    Ok(call!(RedisModule_ModuleTypeGetValue(key) else std::ptr::null_mut()))
+}
+
 /// The lock a value pointer of our type points to.
 fn unsafe_lock_ref<'a>(value: *mut c_void) -> Option<&'a Lock> {
     // SAFETY: a value of our type is always a `Box<Lock>` stored by `set_lock` or by
@@ -174,7 +188,7 @@ fn unsafe_lock_ref<'a>(value: *mut c_void) -> Option<&'a Lock> {
 
 /// A lock key, written through Redis. A key that holds another type reads as free:
 /// callers answer WRONGTYPE first (`OpenKey::holds_other_type`).
-impl Store for OpenKey {
+impl Store for OpenKey<'_> {
     fn lock(&self) -> Option<&Lock> {
         match self.stored() {
             Stored::Lock(lock) => Some(lock),

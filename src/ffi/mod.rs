@@ -8,15 +8,14 @@
 //! practice.
 
 pub mod block;
-pub mod command;
-pub mod commands;
 pub mod datatype;
-pub mod events;
-pub mod info;
+pub mod entry;
 pub mod key;
+pub mod query;
 pub mod role;
 
 use std::ffi::{c_int, CStr, CString};
+use std::marker::PhantomData;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -125,9 +124,12 @@ pub fn missing_required_apis() -> Vec<&'static str> {
     )
 }
 
-/// The context of one command call (or event), valid for that call only.
+/// The context of one call from Redis (a command, a callback, an event), valid for
+/// that call only: only `ffi::entry` makes one, from the pointer Redis passed, and
+/// the lifetime keeps it from being stored beyond the call (`Ctx::module` is the
+/// one context that lives on).
 #[derive(Clone, Copy)]
-pub struct Ctx(*mut raw::RedisModuleCtx);
+pub struct Ctx<'a>(*mut raw::RedisModuleCtx, PhantomData<&'a ()>);
 
 /// What the context flags say about where a command runs.
 #[derive(Debug, Clone, Copy)]
@@ -144,7 +146,7 @@ pub struct Where {
 static MODULE_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(ptr::null_mut());
 
 /// Creates the module's long-lived context; false if Redis refused.
-pub fn init_module_ctx(ctx: Ctx) -> bool {
+pub(super) fn init_module_ctx(ctx: Ctx) -> bool {
     let detached = call!(RedisModule_GetDetachedThreadSafeContext(ctx.0) else ptr::null_mut());
     MODULE_CTX.store(detached, Ordering::Relaxed);
     !detached.is_null()
@@ -204,18 +206,23 @@ pub fn log_warning(text: &str) {
     }
 }
 
-impl Ctx {
-    pub fn new(ctx: *mut raw::RedisModuleCtx) -> Self {
-        Ctx(ctx)
-    }
-
-    /// The module's own context (see [`init_module_ctx`]), for timers started from
-    /// callbacks that have no context of their own. Main thread only.
+impl Ctx<'static> {
+    /// The module's own context (made at load), for timers started from callbacks
+    /// that have no context of their own. Main thread only.
     pub fn module() -> Self {
-        Ctx(MODULE_CTX.load(Ordering::Relaxed))
+        Ctx(MODULE_CTX.load(Ordering::Relaxed), PhantomData)
+    }
+}
+
+impl<'a> Ctx<'a> {
+    /// # Safety
+    /// `ctx` is the context Redis passed to the running call, and the `Ctx` is used
+    /// only during it.
+    pub(super) unsafe fn from_raw(ctx: *mut raw::RedisModuleCtx) -> Self {
+        Ctx(ctx, PhantomData)
     }
 
-    pub fn raw(self) -> *mut raw::RedisModuleCtx {
+    pub(super) fn raw(self) -> *mut raw::RedisModuleCtx {
         self.0
     }
 
@@ -516,17 +523,17 @@ impl Drop for HeldString {
 }
 
 /// The argv of a command call.
-pub struct Args<'a>(&'a [*mut raw::RedisModuleString]);
+pub struct Argv<'a>(&'a [*mut raw::RedisModuleString]);
 
-impl<'a> Args<'a> {
+impl<'a> Argv<'a> {
     /// # Safety
     /// `argv` must point to `argc` valid strings that live for `'a`.
-    pub unsafe fn new(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> Self {
+    pub(super) unsafe fn new(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> Self {
         if argv.is_null() || argc <= 0 {
-            return Args(&[]);
+            return Argv(&[]);
         }
         // SAFETY: as the caller promises.
-        Args(unsafe { std::slice::from_raw_parts(argv, argc as usize) })
+        Argv(unsafe { std::slice::from_raw_parts(argv, argc as usize) })
     }
 
     pub fn len(&self) -> usize {

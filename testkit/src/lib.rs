@@ -96,8 +96,11 @@ impl Config {
         self
     }
 
+    /// The module to load (a relative path is taken from the current directory: the
+    /// server runs in a directory of its own).
     pub fn module_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.module = Some(path.into());
+        let path = path.into();
+        self.module = Some(std::fs::canonicalize(&path).unwrap_or(path));
         self
     }
 

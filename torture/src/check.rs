@@ -1,5 +1,6 @@
-//! The checker: reads every worker's records and proves, per key, that no two
-//! holders held the lock at once and that tokens increase in the order holders held.
+//! The checker: reads every worker's records and proves, per key, that no exclusive
+//! holding overlapped any other, that no more shared holdings than the limit held at
+//! once, and that tokens increase in the order holdings held.
 //!
 //! Each holding is reduced to the interval in which its holder *certainly* held the
 //! lock: from the moment it received the grant to the earlier of the end of its work
@@ -17,6 +18,8 @@ pub struct Holding {
     pub expires: i128,
     pub ended: Option<i128>,
     pub accepted: Option<bool>,
+    /// A shared holding (a reader, a semaphore permit).
+    pub shared: bool,
 }
 
 impl Holding {
@@ -38,6 +41,10 @@ pub struct Report {
     pub overlaps: Vec<String>,
     pub token_regressions: Vec<String>,
     pub duplicate_tokens: Vec<String>,
+    /// Instants at which more shared holdings held than the limit allows.
+    pub over_limit: Vec<String>,
+    /// The most holdings of one key that certainly held at once.
+    pub most_at_once: usize,
 }
 
 /// Every holding, per key, and the tokens granted twice for one key.
@@ -60,7 +67,7 @@ pub fn read(dir: &Path) -> std::io::Result<Records> {
         for line in text.lines() {
             let fields: Vec<&str> = line.split_whitespace().collect();
             match fields.as_slice() {
-                ["GRANT", key, token, granted, expires] => {
+                ["GRANT", key, token, granted, expires, mode] => {
                     let (Ok(token), Ok(granted), Ok(expires)) =
                         (token.parse(), granted.parse(), expires.parse())
                     else {
@@ -72,6 +79,7 @@ pub fn read(dir: &Path) -> std::io::Result<Records> {
                         expires,
                         ended: None,
                         accepted: None,
+                        shared: *mode == "s",
                     };
                     let holdings = by_key.entry(key.to_string()).or_default();
                     if holdings.insert(token, holding).is_some() {
@@ -84,7 +92,11 @@ pub fn read(dir: &Path) -> std::io::Result<Records> {
                     };
                     if let Some(h) = by_key.get_mut(*key).and_then(|m| m.get_mut(&token)) {
                         h.ended = Some(ended);
-                        h.accepted = Some(*accepted == "1");
+                        h.accepted = match *accepted {
+                            "1" => Some(true),
+                            "0" => Some(false),
+                            _ => None, // a shared holding writes nothing
+                        };
                     }
                 }
                 _ => {} // a line cut short by SIGKILL
@@ -100,8 +112,9 @@ pub fn read(dir: &Path) -> std::io::Result<Records> {
     })
 }
 
-/// Checks every key's holdings.
-pub fn check(records: &Records) -> Report {
+/// Checks every key's holdings; `limit`: the most shared holdings a key may have
+/// at once (a semaphore's permits).
+pub fn check(records: &Records, limit: Option<usize>) -> Report {
     let mut report = Report {
         duplicate_tokens: records.duplicate_tokens.clone(),
         ..Report::default()
@@ -121,7 +134,8 @@ pub fn check(records: &Records) -> Report {
             let (a_start, a_end) = a.held();
             for b in &sorted[i + 1..] {
                 let (b_start, b_end) = b.held();
-                if b_start < a_end && a_start < a_end && b_start < b_end {
+                let exclusive = !(a.shared && b.shared);
+                if exclusive && b_start < a_end && a_start < a_end && b_start < b_end {
                     report.overlaps.push(format!(
                         "{key}: token {} held until {a_end}, token {} from {b_start}",
                         a.token, b.token
@@ -131,8 +145,13 @@ pub fn check(records: &Records) -> Report {
                 // after its lock had moved on (the worker was paused, or the server
                 // restarted, between grant and reply) held nothing, and its older
                 // token is no regression.
+                //
+                // Shared holdings granted in one step are granted together, in token
+                // order, but their holders learn of it in any order: between two of
+                // them, "ended before the other began" says nothing about grant
+                // order. With an exclusive one on either side it does.
                 let both_held = a_start < a_end && b_start < b_end;
-                if both_held && a_end <= b_start && a.token >= b.token {
+                if both_held && exclusive && a_end <= b_start && a.token >= b.token {
                     report.token_regressions.push(format!(
                         "{key}: token {} held before token {}",
                         a.token, b.token
@@ -140,8 +159,36 @@ pub fn check(records: &Records) -> Report {
                 }
             }
         }
+        let most = most_at_once(&sorted);
+        report.most_at_once = report.most_at_once.max(most.0);
+        if let Some(n) = limit.filter(|n| most.0 > *n) {
+            report.over_limit.push(format!(
+                "{key}: {} holdings at {} (limit {n})",
+                most.0, most.1
+            ));
+        }
     }
     report
+}
+
+/// The most holdings that certainly held at once, and when.
+fn most_at_once(holdings: &[&Holding]) -> (usize, i128) {
+    let mut events: Vec<(i128, i32)> = holdings
+        .iter()
+        .map(|h| h.held())
+        .filter(|(start, end)| start < end)
+        .flat_map(|(start, end)| [(start, 1), (end, -1)])
+        .collect();
+    // An end and a start at one instant: the end first (intervals are half-open).
+    events.sort();
+    let (mut now, mut most) = (0usize, (0usize, 0i128));
+    for (at, step) in events {
+        now = now.saturating_add_signed(step as isize);
+        if now > most.0 {
+            most = (now, at);
+        }
+    }
+    most
 }
 
 #[cfg(test)]
@@ -155,7 +202,20 @@ mod tests {
             expires,
             ended,
             accepted: Some(true),
+            shared: false,
         }
+    }
+
+    fn shared(token: i64, granted: i128, expires: i128) -> Holding {
+        Holding {
+            shared: true,
+            accepted: None,
+            ..holding(token, granted, expires, None)
+        }
+    }
+
+    fn check_exclusive(records: &Records) -> Report {
+        check(records, None)
     }
 
     fn one_key(holdings: Vec<Holding>) -> Records {
@@ -167,7 +227,7 @@ mod tests {
 
     #[test]
     fn sequential_holdings_pass() {
-        let report = check(&one_key(vec![
+        let report = check_exclusive(&one_key(vec![
             holding(1, 0, 100, Some(10)),
             holding(2, 20, 120, Some(30)),
             holding(3, 40, 140, None), // killed: held until expiry
@@ -180,7 +240,7 @@ mod tests {
 
     #[test]
     fn a_grant_before_the_previous_expiry_is_an_overlap() {
-        let report = check(&one_key(vec![
+        let report = check_exclusive(&one_key(vec![
             holding(1, 0, 100, None),
             holding(2, 50, 150, Some(60)),
         ]));
@@ -189,7 +249,7 @@ mod tests {
 
     #[test]
     fn a_paused_holder_only_counts_until_its_expiry() {
-        let report = check(&one_key(vec![
+        let report = check_exclusive(&one_key(vec![
             holding(1, 0, 100, Some(500)), // paused past its TTL
             holding(2, 110, 210, Some(120)),
         ]));
@@ -200,7 +260,7 @@ mod tests {
     fn a_stale_grant_that_held_nothing_is_no_regression() {
         // Token 3's reply arrived at 200, after token 5 came and went; LOCK.INFO then
         // showed another holder, so its interval is empty (expires = granted).
-        let report = check(&one_key(vec![
+        let report = check_exclusive(&one_key(vec![
             holding(5, 0, 100, Some(10)),
             holding(3, 200, 200, Some(210)),
         ]));
@@ -211,10 +271,48 @@ mod tests {
 
     #[test]
     fn a_smaller_token_after_a_larger_one_is_a_regression() {
-        let report = check(&one_key(vec![
+        let report = check_exclusive(&one_key(vec![
             holding(5, 0, 100, Some(10)),
             holding(3, 20, 120, Some(30)),
         ]));
         assert_eq!(report.token_regressions.len(), 1);
+    }
+
+    #[test]
+    fn readers_may_overlap_but_not_a_writer() {
+        let records = one_key(vec![
+            shared(1, 0, 100),
+            shared(2, 50, 150),
+            holding(3, 120, 200, None),
+        ]);
+        let report = check(&records, None);
+        assert_eq!(report.overlaps.len(), 1, "{report:?}");
+        assert_eq!(report.most_at_once, 2);
+    }
+
+    #[test]
+    fn more_permits_at_once_than_the_limit_is_a_violation() {
+        let records = one_key(vec![
+            shared(1, 0, 100),
+            shared(2, 10, 100),
+            shared(3, 20, 30),
+        ]);
+        assert_eq!(check(&records, Some(3)).over_limit.len(), 0);
+        assert_eq!(check(&records, Some(2)).over_limit.len(), 1);
+        // Back to back is not at once.
+        let records = one_key(vec![shared(1, 0, 100), shared(2, 100, 200)]);
+        assert_eq!(check(&records, Some(1)).over_limit.len(), 0);
+    }
+
+    #[test]
+    fn shared_holdings_granted_together_may_be_seen_in_any_order() {
+        let records = one_key(vec![shared(5, 0, 10), shared(3, 20, 30)]);
+        assert!(check(&records, None).token_regressions.is_empty());
+        let records = one_key(vec![shared(5, 0, 10), holding(3, 20, 30, Some(25))]);
+        assert_eq!(
+            check(&records, None).token_regressions.len(),
+            1,
+            "a writer's token is a fence"
+        );
     }
 }

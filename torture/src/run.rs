@@ -11,6 +11,7 @@ use rand::Rng;
 
 use redis_lock_testkit::{Config, Server};
 
+use crate::worker::Mode;
 use crate::{check, now_ns, record_file};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -34,6 +35,12 @@ pub struct Options {
     /// The redis-server binary.
     #[arg(long, default_value = "redis-server")]
     pub redis_server: String,
+    /// What the workers take.
+    #[arg(long, value_enum, default_value_t = Mode::Exclusive)]
+    pub mode: Mode,
+    /// Permits of each semaphore (`--mode semaphore`).
+    #[arg(long, default_value_t = 3)]
+    pub permits: u32,
 }
 
 fn signal(child: &Child, signal: &str) {
@@ -74,6 +81,8 @@ pub fn run(options: Options) -> i32 {
             .args(["--keys", &options.keys.to_string()])
             .args(["--ttl-ms", &options.ttl_ms.to_string()])
             .args(["--until-ns", &until.to_string()])
+            .args(["--mode", mode_name(options.mode)])
+            .args(["--permits", &options.permits.to_string()])
             .arg("--out")
             .arg(record_file(&records, id, g))
             .spawn()
@@ -134,15 +143,26 @@ pub fn run(options: Options) -> i32 {
     drop(resource);
 
     let report = match check::read(&records) {
-        Ok(records) => check::check(&records),
+        Ok(records) => {
+            let limit = (options.mode == Mode::Semaphore).then_some(options.permits as usize);
+            check::check(&records, limit)
+        }
         Err(error) => {
             eprintln!("torture: cannot read records: {error}");
             return 2;
         }
     };
     println!(
-        "torture: {} workers, {} locks, TTL {} ms, {:.0} s",
-        options.workers, options.keys, options.ttl_ms, options.seconds
+        "torture: {} workers, {} locks ({}), TTL {} ms, {:.0} s",
+        options.workers,
+        options.keys,
+        match options.mode {
+            Mode::Exclusive => "exclusive".to_string(),
+            Mode::Semaphore => format!("semaphores of {} permits", options.permits),
+            Mode::Rw => "read-write".to_string(),
+        },
+        options.ttl_ms,
+        options.seconds
     );
     println!("  locks granted:          {}", report.grants);
     println!("  holdings completed:     {}", report.completed);
@@ -150,7 +170,9 @@ pub fn run(options: Options) -> i32 {
     println!("  stale writes rejected:  {}", report.rejected_writes);
     println!("  grants that came stale: {}", report.stale_grants);
     println!("  faults injected:        {kills} workers killed, {restarts} server restarts, {pauses} holders paused");
+    println!("  most held at once:      {}", report.most_at_once);
     println!("  overlaps found:         {}", report.overlaps.len());
+    println!("  over the limit:         {}", report.over_limit.len());
     println!(
         "  token regressions:      {}",
         report.token_regressions.len()
@@ -164,18 +186,28 @@ pub fn run(options: Options) -> i32 {
         .iter()
         .chain(&report.token_regressions)
         .chain(&report.duplicate_tokens)
+        .chain(&report.over_limit)
         .take(20)
     {
         println!("  ! {problem}");
     }
     let clean = report.overlaps.is_empty()
         && report.token_regressions.is_empty()
-        && report.duplicate_tokens.is_empty();
+        && report.duplicate_tokens.is_empty()
+        && report.over_limit.is_empty();
     if clean && report.grants > 0 {
         println!("torture: ok");
         0
     } else {
         println!("torture: FAILED");
         1
+    }
+}
+
+fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Exclusive => "exclusive",
+        Mode::Semaphore => "semaphore",
+        Mode::Rw => "rw",
     }
 }

@@ -3,10 +3,12 @@
 //!
 //! Records (one line each, written before the next step, so a killed worker leaves
 //! what it did):
-//! - `GRANT key token t_granted t_expires`: the lock was ours from `t_granted` (reply
-//!   received) to at least `t_expires` (a lower bound of its expiry, from LOCK.INFO);
-//! - `END key token t_end accepted`: the work ended at `t_end`, its write was
-//!   accepted (1) or rejected as stale (0).
+//! - `GRANT key token t_granted t_expires mode`: the holding was ours from
+//!   `t_granted` (reply received) to at least `t_expires` (a lower bound of its
+//!   expiry, from LOCK.INFO); `mode` is `x` (exclusive) or `s` (shared);
+//! - `END key token t_end accepted`: the work ended at `t_end`; an exclusive holder's
+//!   write was accepted (1) or rejected as stale (0), a shared holder writes nothing
+//!   (`-`).
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -32,8 +34,27 @@ pub struct Options {
     /// Stop taking locks at this wall-clock time (ns since the epoch).
     #[arg(long)]
     pub until_ns: i128,
+    /// What the workers take: exclusive locks, permits of a semaphore, or read and
+    /// write holdings of a read-write lock.
+    #[arg(long, value_enum, default_value_t = Mode::Exclusive)]
+    pub mode: Mode,
+    /// Permits of each semaphore (`--mode semaphore`).
+    #[arg(long, default_value_t = 3)]
+    pub permits: u32,
     #[arg(long)]
     pub out: PathBuf,
+}
+
+/// What the workers contend for.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Exclusive locks, each holder writes with its token.
+    Exclusive,
+    /// `LIMIT permits`: at most that many holders at once.
+    Semaphore,
+    /// A read-write lock: a quarter of the holdings exclusive (writers, who write
+    /// with their token), the rest shared (readers).
+    Rw,
 }
 
 /// Stores `token` for the key only if it is greater than the stored one.
@@ -64,9 +85,21 @@ fn hold_once(
 ) -> Option<()> {
     let key = format!("torture:{}", rng.gen_range(0..options.keys));
     let ttl = Duration::from_millis(options.ttl_ms);
-    let request = Request::new(key.clone(), ttl)
+    let mut request = Request::new(key.clone(), ttl)
         .wait(ttl * 2)
         .retry(Retry::NONE);
+    let shared = match options.mode {
+        Mode::Exclusive => false,
+        Mode::Semaphore => {
+            request = request.limit(options.permits);
+            true
+        }
+        Mode::Rw if rng.gen_range(0..4) > 0 => {
+            request = request.shared();
+            true
+        }
+        Mode::Rw => false,
+    };
     let Some(lock) = locks.acquire_with(request).ok()? else {
         return Some(());
     };
@@ -74,21 +107,35 @@ fn hold_once(
     let info_sent = now_ns();
     let info = locks.lock_info(&key).ok()?;
     // Ours until at least (INFO sent + TTL it reported); nothing if it is not ours.
-    let expires = match info {
-        Some(info) if info.owner == lock.owner().as_bytes() && info.token == lock.token() => {
-            info_sent + info.ttl.map_or(0, |t| t.as_nanos() as i128)
-        }
-        _ => granted,
+    let ours = info.and_then(|info| {
+        info.holders
+            .into_iter()
+            .find(|h| h.owner == lock.owner().as_bytes() && h.token == lock.token())
+    });
+    let expires = match ours {
+        Some(holder) => info_sent + holder.ttl.map_or(0, |t| t.as_nanos() as i128),
+        None => granted,
     };
-    writeln!(out, "GRANT {key} {} {granted} {expires}", lock.token()).ok()?;
+    let mode = if shared { "s" } else { "x" };
+    writeln!(
+        out,
+        "GRANT {key} {} {granted} {expires} {mode}",
+        lock.token()
+    )
+    .ok()?;
     std::thread::sleep(Duration::from_millis(
         rng.gen_range(1..=options.ttl_ms / 10 + 1),
     ));
-    let accepted: i64 = Script::new(FENCED_WRITE)
-        .key(format!("resource:{key}"))
-        .arg(lock.token())
-        .invoke(resource)
-        .ok()?;
+    let accepted = if shared {
+        "-".to_string()
+    } else {
+        let accepted: i64 = Script::new(FENCED_WRITE)
+            .key(format!("resource:{key}"))
+            .arg(lock.token())
+            .invoke(resource)
+            .ok()?;
+        accepted.to_string()
+    };
     writeln!(out, "END {key} {} {} {accepted}", lock.token(), now_ns()).ok()?;
     locks.release(&lock).ok()?;
     Some(())

@@ -1,14 +1,23 @@
-//! The torture test, briefly, as part of `make test` (`make torture` runs it longer).
+//! The torture test, briefly, in each mode, as part of `make test` (`make torture`
+//! runs it longer).
 
 use redis_lock_testkit as common;
 
 use std::process::Command;
 
-#[test]
-fn a_brief_torture_run_finds_no_violation() {
+fn brief_run(mode: &str, seconds: &str) {
     let module = common::module_path();
     let output = Command::new(env!("CARGO_BIN_EXE_lock-torture"))
-        .args(["run", "--seconds", "6", "--workers", "16", "--keys", "4"])
+        .args([
+            "run",
+            "--seconds",
+            seconds,
+            "--workers",
+            "16",
+            "--keys",
+            "4",
+        ])
+        .args(["--mode", mode])
         .arg("--module")
         .arg(&module)
         .output()
@@ -22,9 +31,25 @@ fn a_brief_torture_run_finds_no_violation() {
     );
     for line in [
         "overlaps found:         0",
+        "over the limit:         0",
         "token regressions:      0",
         "torture: ok",
     ] {
         assert!(stdout.contains(line), "missing {line:?} in\n{stdout}");
     }
+}
+
+#[test]
+fn a_brief_torture_run_finds_no_violation() {
+    brief_run("exclusive", "6");
+}
+
+#[test]
+fn a_brief_semaphore_torture_run_finds_no_violation() {
+    brief_run("semaphore", "4");
+}
+
+#[test]
+fn a_brief_read_write_torture_run_finds_no_violation() {
+    brief_run("rw", "4");
 }

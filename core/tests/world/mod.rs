@@ -213,7 +213,7 @@ impl World {
             }
             Op::Release { owner } => {
                 let owner = OWNERS[owner % OWNERS.len()];
-                store::release(&mut self.store, owner, Some(self.now)).unwrap();
+                store::release(&mut self.store, owner, || Some(self.now)).unwrap();
             }
             Op::Extend { owner, ttl } => {
                 let owner = OWNERS[owner % OWNERS.len()];

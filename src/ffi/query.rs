@@ -64,7 +64,7 @@ impl Drop for CallReply {
     }
 }
 
-impl Ctx {
+impl Ctx<'_> {
     /// `CLUSTER KEYSLOT key`: the hash slot of `key`.
     pub fn cluster_key_slot(self, key: &[u8]) -> Option<i64> {
         // SAFETY: reading a function pointer that Redis filled in at load time.
