@@ -20,7 +20,8 @@ pub enum Mode {
     /// Durable acquires: every replica must acknowledge each grant.
     Durable,
     /// Plain acquires on masters with `min-replicas-to-write 1` and
-    /// `min-replicas-max-lag 2`: a master that lost its replicas refuses writes.
+    /// `min-replicas-max-lag` (`--max-lag`): a master that lost its replicas refuses
+    /// writes.
     Bounded,
 }
 
@@ -33,11 +34,11 @@ impl Mode {
         }
     }
 
-    fn settings(self) -> Vec<(String, String)> {
+    fn settings(self, max_lag: u32) -> Vec<(String, String)> {
         match self {
             Mode::Bounded => vec![
                 ("min-replicas-to-write".into(), "1".into()),
-                ("min-replicas-max-lag".into(), "2".into()),
+                ("min-replicas-max-lag".into(), max_lag.to_string()),
             ],
             _ => Vec::new(),
         }
@@ -79,6 +80,9 @@ pub struct Options {
     pub ttl_ms: u64,
     #[arg(long, default_value_t = 2000)]
     pub wait_ms: u64,
+    /// `min-replicas-max-lag` of the bounded mode, in seconds.
+    #[arg(long, default_value_t = 1)]
+    pub max_lag: u32,
     /// The module (default: the workspace's debug build).
     #[arg(long)]
     pub module: Option<PathBuf>,
@@ -163,7 +167,7 @@ fn run_mode(options: &Options, mode: Mode, module: &Path, seed: u64) -> Result<M
     let work = tempfile::tempdir().map_err(|e| e.to_string())?;
     let dir = work.path().join(mode.name());
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let mut topology = Topology::start(module, &mode.settings())?;
+    let mut topology = Topology::start(module, &mode.settings(options.max_lag))?;
     let latency = report::round_trips(&topology, mode.durable())?;
     let log = Log::create(&dir.join("run.log")).map_err(|e| e.to_string())?;
     let trackers = Trackers::start(&topology, &log);
@@ -225,6 +229,9 @@ fn run_mode(options: &Options, mode: Mode, module: &Path, seed: u64) -> Result<M
             if kind.fails_over() {
                 last_failover = Some(Instant::now());
             }
+            // Quiet seconds once it has settled again (which takes Sentinel ~10 s
+            // after a stop or a partition).
+            topology.wait_settled(Duration::from_secs(30));
             thread::sleep(Duration::from_millis(rng.gen_range(1500..3000)));
         }
     }
