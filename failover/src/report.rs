@@ -248,6 +248,14 @@ pub fn summary(options: &Options, seed: u64, runs: &[ModeRun], took: Duration) -
     );
     let _ = writeln!(
         md,
+        "- modes, each on servers of its own: plain (`LOCK.ACQUIRE … WAIT`); durable \
+         (`Request::durable(2, 200 ms)`: both replicas must acknowledge, else the grant \
+         is released); bounded (plain acquires, `min-replicas-to-write 1`, \
+         `min-replicas-max-lag {}` on every node)",
+        options.max_lag
+    );
+    let _ = writeln!(
+        md,
         "- faults, in turn at random: SIGKILL of the master (back as a replica once a \
          replica was promoted), SIGSTOP of the master for 1.5-3 s, a partition of the \
          master's proxy for 2.5-4 s, a replica restart"
