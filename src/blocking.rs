@@ -544,7 +544,7 @@ fn take_back(ctx: Ctx, db: i32, key: &[u8], token: i64) {
     }
     let mut open = OpenKey::write_bytes(ctx, key);
     let owner: Option<(Box<[u8]>, Mode)> = open.lock().and_then(|lock| {
-        let holder = lock.holders(None).into_iter().find(|h| h.token == token)?;
+        let holder = lock.holders(None).find(|h| h.token == token)?;
         Some((holder.owner.into(), lock.mode()))
     });
     let Some((owner, mode)) = owner else {
