@@ -184,8 +184,8 @@ pub fn enqueue(ctx: Ctx, key: &[u8], request: Request<'_>, expiry: Option<i64>) 
 const PAUSED_RETRY_MS: i64 = 10;
 
 /// Removes the shared holdings of the open `key` whose expiry has passed, and tells
-/// replicas and the AOF (`LOCK.RELEASE key owner` each): the master judges time, its
-/// replicas follow. Every write to a shared lock does this first.
+/// replicas and the AOF (`LOCK.APPLY key owner token LAPSED` each): the master
+/// judges time, its replicas follow. Every write to a shared lock does this first.
 pub fn settle(ctx: Ctx, open: &mut OpenKey, key: Arg<'_>) {
     if !matches!(open.lock(), Some(Lock::Shared(_))) {
         return;
@@ -193,8 +193,8 @@ pub fn settle(ctx: Ctx, open: &mut OpenKey, key: Arg<'_>) {
     let Ok(lapsed) = store::settle(open, ctx.now_ms()) else {
         return;
     };
-    for owner in &lapsed {
-        propagate::lapsed(ctx, key, Arg::Bytes(owner));
+    for (owner, token) in &lapsed {
+        propagate::lapsed(ctx, key, Arg::Bytes(owner), *token);
         STATS.expirations.incr();
     }
 }
