@@ -184,8 +184,8 @@ pub fn enqueue(ctx: Ctx, key: &[u8], request: Request<'_>, expiry: Option<i64>) 
 const PAUSED_RETRY_MS: i64 = 10;
 
 /// Removes the shared holdings of the open `key` whose expiry has passed, and tells
-/// replicas and the AOF (`LOCK.RELEASE key owner` each): the master judges time, its
-/// replicas follow. Every write to a shared lock does this first.
+/// replicas and the AOF (`LOCK.APPLY key owner token LAPSED` each): the master
+/// judges time, its replicas follow. Every write to a shared lock does this first.
 pub fn settle(ctx: Ctx, open: &mut OpenKey, key: Arg<'_>) {
     if !matches!(open.lock(), Some(Lock::Shared(_))) {
         return;
@@ -193,8 +193,8 @@ pub fn settle(ctx: Ctx, open: &mut OpenKey, key: Arg<'_>) {
     let Ok(lapsed) = store::settle(open, ctx.now_ms()) else {
         return;
     };
-    for owner in &lapsed {
-        propagate::lapsed(ctx, key, Arg::Bytes(owner));
+    for (owner, token) in &lapsed {
+        propagate::lapsed(ctx, key, Arg::Bytes(owner), *token);
         STATS.expirations.incr();
     }
 }
@@ -544,7 +544,7 @@ fn take_back(ctx: Ctx, db: i32, key: &[u8], token: i64) {
     }
     let mut open = OpenKey::write_bytes(ctx, key);
     let owner: Option<(Box<[u8]>, Mode)> = open.lock().and_then(|lock| {
-        let holder = lock.holders(None).into_iter().find(|h| h.token == token)?;
+        let holder = lock.holders(None).find(|h| h.token == token)?;
         Some((holder.owner.into(), lock.mode()))
     });
     let Some((owner, mode)) = owner else {

@@ -39,10 +39,25 @@ pub fn grant(ctx: Ctx, key: Arg<'_>, owner: Arg<'_>, token: i64, expires_at: i64
     ctx.notify(EventClass::Module, GRANT_EVENT, key);
 }
 
-/// A grant replayed by LOCK.APPLY (replicas, AOF loading): passed on as it came.
-pub fn applied(ctx: Ctx, key: Arg<'_>) {
+/// What a replayed LOCK.APPLY did, for the event it sends (the one the master sent).
+pub enum Applied {
+    /// A holding granted.
+    Granted,
+    /// A shared holding's new expiry (a refresh, an extend).
+    Moved,
+    /// A shared holding that lapsed was removed.
+    Lapsed,
+}
+
+/// An effect replayed by LOCK.APPLY (replicas, AOF loading): passed on as it came,
+/// with the event the master sent for it.
+pub fn applied(ctx: Ctx, key: Arg<'_>, what: Applied) {
     ctx.replicate_verbatim();
-    ctx.notify(EventClass::Module, GRANT_EVENT, key);
+    match what {
+        Applied::Granted => ctx.notify(EventClass::Module, GRANT_EVENT, key),
+        Applied::Moved => ctx.notify(EventClass::Generic, c"expire", key),
+        Applied::Lapsed => ctx.notify(EventClass::Module, LAPSE_EVENT, key),
+    }
 }
 
 /// A new expiry of a holding (a refresh by its holder, EXTEND): for an exclusive
@@ -86,12 +101,18 @@ pub fn release_as_called(ctx: Ctx, key: Arg<'_>, key_gone: bool) {
     }
 }
 
+/// The event of a shared holding that lapsed and was removed, others remaining.
+const LAPSE_EVENT: &std::ffi::CStr = c"lock.expired";
+
 /// A shared holding the module removed on its own, as its expiry passed while other
-/// holdings live on: `LOCK.RELEASE key owner`, which replicas and the AOF (never
-/// judging time themselves) apply as the master did.
-pub fn lapsed(ctx: Ctx, key: Arg<'_>, owner: Arg<'_>) {
-    ctx.replicate(c"LOCK.RELEASE", &[key, owner]);
-    ctx.notify(EventClass::Module, c"lock.expired", key);
+/// holdings live on: `LOCK.APPLY key owner token LAPSED`, which replicas and the AOF
+/// (never judging time themselves) apply as the master did.
+pub fn lapsed(ctx: Ctx, key: Arg<'_>, owner: Arg<'_>, token: i64) {
+    ctx.replicate(
+        APPLY_COMMAND,
+        &[key, owner, Arg::Int(token), Arg::Bytes(b"LAPSED")],
+    );
+    ctx.notify(EventClass::Module, LAPSE_EVENT, key);
 }
 
 /// A release the module made on its own (a grant taken back): the key is gone.

@@ -1,46 +1,17 @@
 //! A panic anywhere in the module leaves redis-server up and is logged with its
 //! location: in a command, in RESTORE's loader, in the other data-type callbacks and
-//! in INFO. The faults are injected by a build of the module with the cargo feature
-//! `fault-injection` (src/fault.rs), made once for this file in a target directory
-//! of its own.
+//! in INFO. The faults are injected by the debug build the tests load, when the
+//! server's environment asks for them (src/fault.rs).
 
 use redis_lock_testkit as common;
-
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::OnceLock;
 
 use common::*;
 use redis::Value;
 
-fn fault_injection_module() -> PathBuf {
-    static MODULE: OnceLock<PathBuf> = OnceLock::new();
-    MODULE
-        .get_or_init(|| {
-            let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-            let target = root.join("target").join("fault-injection");
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let status = Command::new(cargo)
-                .args(["build", "--quiet", "--lib", "-p", "redis-lock"])
-                .args(["--features", "fault-injection"])
-                .arg("--target-dir")
-                .arg(&target)
-                .current_dir(&root)
-                .status()
-                .expect("cargo build");
-            assert!(
-                status.success(),
-                "building the fault-injection module failed"
-            );
-            target.join("debug").join("libredis_lock.so")
-        })
-        .clone()
-}
-
 fn server() -> Server {
     // Without an RDB preamble, BGREWRITEAOF writes each lock through aof_rewrite.
     let config = Config::default().set("aof-use-rdb-preamble", "no");
-    Server::with(config.module_file(fault_injection_module()))
+    Server::with(config.env("REDIS_LOCK_FAULT_INJECTION", "1"))
 }
 
 /// The server answers, and its log names the panic's site in the module's source.
@@ -105,4 +76,17 @@ fn panics_in_the_other_data_type_callbacks_and_info_leave_the_server_up() {
     assert_survived(&server, &mut con, "info");
     // INFO works again afterwards.
     assert!(lock_stat(&mut con, "acquisitions") >= 5);
+}
+
+#[test]
+fn without_the_environment_asking_for_it_no_fault_is_injected() {
+    let server = Server::start();
+    let mut con = server.connection();
+    for site in ["command", "digest", "info"] {
+        let owner = format!("panic:{site}");
+        assert!(acquire(&mut con, &owner, &owner, 60_000).is_some());
+    }
+    let _: String = query(&mut con, &["DEBUG", "DIGEST"]).unwrap();
+    let _: String = query(&mut con, &["INFO", "lock"]).unwrap();
+    assert!(!server.log().contains("injected fault"), "{}", server.log());
 }

@@ -220,6 +220,41 @@ fn master_and_replica_send_the_same_keyspace_events() {
 }
 
 #[test]
+fn shared_holdings_send_the_same_keyspace_events_on_master_and_replica() {
+    let (master, replica) = pair();
+    let mut m = master.connection();
+    let (mut m_events, mut r_events) = (master.connection(), replica.connection());
+    subscribe(&mut m_events, "doc");
+    subscribe(&mut r_events, "doc");
+    let shared = |con: &mut Connection, owner: &str, ttl: &str| {
+        let token: Option<i64> =
+            query(con, &["LOCK.ACQUIRE", "doc", owner, ttl, "SHARED"]).unwrap();
+        assert!(token.is_some());
+    };
+    shared(&mut m, "r1", "60000"); // grant
+    shared(&mut m, "r2", "200"); // grant
+    shared(&mut m, "r1", "60000"); // refresh
+    wait_until(Duration::from_secs(5), || {
+        lock_stat(&mut m, "expirations") == 1
+    }); // r2 lapses
+    shared(&mut m, "r3", "60000"); // grant
+    assert_eq!(release(&mut m, "doc", "r3"), 1); // one of two
+    assert_eq!(release(&mut m, "doc", "r1"), 1); // the last
+    sync(&mut m);
+    let expected = [
+        "lock.acquire",
+        "lock.acquire",
+        "expire",
+        "lock.expired",
+        "lock.acquire",
+        "lock.release",
+        "del",
+    ];
+    assert_eq!(events(&mut m_events, expected.len()), expected, "master");
+    assert_eq!(events(&mut r_events, expected.len()), expected, "replica");
+}
+
+#[test]
 fn a_release_replays_on_replicas_and_from_the_aof_whatever_their_owner_limit() {
     // A release travels as LOCK.RELEASE itself. Where it is replayed, a smaller
     // lock.max-owner-len must not refuse what the master accepted.

@@ -51,6 +51,8 @@ pub struct ApplyArgs<'a> {
     pub expires_at: Option<i64>,
     /// A shared holding, added beside the key's others (or replacing the owner's).
     pub shared: bool,
+    /// `LAPSED`: the owner's shared holding with this token lapsed; remove it.
+    pub lapsed: bool,
     /// The server's token mark, from a pure-AOF rewrite.
     pub mark: Option<i64>,
 }
@@ -276,15 +278,23 @@ pub fn parse_apply<'a>(args: &[&'a [u8]]) -> Result<ApplyArgs<'a>, ArgError> {
         token: parse_positive(token).ok_or(ArgError::BadToken)?,
         expires_at: None,
         shared: false,
+        lapsed: false,
         mark: None,
     };
     let mut rest = options;
     while let [name, tail @ ..] = rest {
-        if name.eq_ignore_ascii_case(b"SHARED") {
-            if request.shared {
-                return Err(ArgError::RepeatedOption("SHARED"));
+        let flag = if name.eq_ignore_ascii_case(b"SHARED") {
+            Some(("SHARED", &mut request.shared))
+        } else if name.eq_ignore_ascii_case(b"LAPSED") {
+            Some(("LAPSED", &mut request.lapsed))
+        } else {
+            None
+        };
+        if let Some((option, set)) = flag {
+            if *set {
+                return Err(ArgError::RepeatedOption(option));
             }
-            request.shared = true;
+            *set = true;
             rest = tail;
             continue;
         }
@@ -309,7 +319,7 @@ pub fn parse_apply<'a>(args: &[&'a [u8]]) -> Result<ApplyArgs<'a>, ArgError> {
         *slot = Some(parse_positive(value).ok_or(bad)?);
         rest = tail;
     }
-    if request.shared && request.expires_at.is_none() {
+    if request.shared && !request.lapsed && request.expires_at.is_none() {
         // A shared holding has its own expiry; it cannot be replayed without it.
         return Err(ArgError::MissingValue("PXAT"));
     }
@@ -537,6 +547,7 @@ mod tests {
                 token: 42,
                 expires_at: Some(1_700_000_000_000),
                 shared: false,
+                lapsed: false,
                 mark: None,
             })
         );
@@ -561,6 +572,10 @@ mod tests {
         assert_eq!(
             parse_apply(&[b"me", b"42", b"SHARED"]),
             Err(ArgError::MissingValue("PXAT"))
+        );
+        assert_eq!(
+            parse_apply(&[b"me", b"42", b"LAPSED"]).map(|a| a.lapsed),
+            Ok(true)
         );
         assert_eq!(parse_apply(&[b"me", b"42"]).map(|a| a.expires_at), Ok(None));
         assert_eq!(parse_apply(&[b"me", b"0"]), Err(ArgError::BadToken));

@@ -234,9 +234,10 @@ impl Lock {
         }
     }
 
-    /// Removes the shared holdings that lapsed at `now_ms`; returns their owners,
-    /// oldest first. An exclusive lock lapses with its key, which Redis removes.
-    pub fn remove_lapsed(&mut self, now_ms: i64) -> Vec<Box<[u8]>> {
+    /// Removes the shared holdings that lapsed at `now_ms`; returns their owners and
+    /// tokens, oldest first. An exclusive lock lapses with its key, which Redis
+    /// removes.
+    pub fn remove_lapsed(&mut self, now_ms: i64) -> Vec<(Box<[u8]>, i64)> {
         let Lock::Shared(holdings) = self else {
             return Vec::new();
         };
@@ -244,7 +245,7 @@ impl Lock {
         holdings.retain(|h| {
             let live = holds_at(h.expires_at, now_ms);
             if !live {
-                lapsed.push(h.owner.as_bytes().into());
+                lapsed.push((h.owner.as_bytes().into(), h.token));
             }
             live
         });
@@ -308,7 +309,7 @@ mod tests {
         assert_eq!(lock.key_expiry(None), Some(300));
         assert_eq!(lock.next_lapse(), Some(100));
         assert_eq!(lock.live_holders(None, 150).count(), 2);
-        assert_eq!(lock.remove_lapsed(150), [b"b"[..].into()]);
+        assert_eq!(lock.remove_lapsed(150), [(b"b"[..].into(), 2)]);
         assert_eq!(lock.next_lapse(), Some(200));
         assert!(lock.set_shared_expiry(b"c", 300));
         assert_eq!(lock.next_lapse(), None, "all end together");

@@ -57,12 +57,15 @@ fn done(ok: bool) -> Result<(), StoreError> {
     }
 }
 
+/// A shared holding that lapsed: its owner and token.
+pub type Lapsed = (Box<[u8]>, i64);
+
 /// Removes the shared holdings whose expiry has passed at `now_ms` (deleting the key
 /// if none is left, else moving its expiry to the last of the others); returns
-/// their owners, oldest first. The module does this before every write to a shared
+/// their owners and tokens, oldest first. The module does this before every write to a shared
 /// lock and from its timer, and propagates each removal, so that replicas, which
 /// never judge time, hold what the master holds.
-pub fn settle(store: &mut impl Store, now_ms: i64) -> Result<Vec<Box<[u8]>>, StoreError> {
+pub fn settle(store: &mut impl Store, now_ms: i64) -> Result<Vec<Lapsed>, StoreError> {
     // Looked at before it is touched: a write through the store is a change of the
     // key (WATCH, client-side caching), which a settle that finds nothing is not.
     let any_lapsed = match store.lock() {

@@ -1,8 +1,10 @@
-//! `LOCK.APPLY key owner token [PXAT unix-ms] [SHARED] [MARK n]`: the effect of a
-//! grant, as replicas and the AOF receive it. Exclusive, it stores the lock exactly
-//! as given, whatever was at the key; `SHARED`, it sets that owner's shared holding
-//! beside the key's others, and the key expires with the last of them. It raises the
-//! token mark, so it gives the same result wherever and whenever it runs.
+//! `LOCK.APPLY key owner token [PXAT unix-ms] [SHARED] [LAPSED] [MARK n]`: the effect
+//! of a grant, as replicas and the AOF receive it. Exclusive, it stores the lock
+//! exactly as given, whatever was at the key; `SHARED`, it sets that owner's shared
+//! holding beside the key's others, and the key expires with the last of them;
+//! `LAPSED`, it removes that owner's shared holding with that token, as the master
+//! did when its expiry passed. It raises the token mark, so it gives the same result
+//! wherever and whenever it runs.
 //!
 //! Accepted only where a master's decision is replayed (the replication stream from
 //! the master, and AOF loading): from any client it is refused, whatever the
@@ -14,12 +16,12 @@ use super::args::parse_apply;
 use super::{key_and_rest, Command, KeyAccess, Reply, MAX_ARGS};
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Argv, Ctx};
-use crate::propagate;
+use crate::propagate::{self, Applied};
 use crate::state::MINT;
 use redis_lock_core::holdings::SharedHolding;
 use redis_lock_core::owner::Owner;
 use redis_lock_core::store::{Store, StoreError};
-use redis_lock_core::Lock;
+use redis_lock_core::{Lock, Mode};
 
 pub const COMMAND: Command = Command {
     name: c"lock.apply",
@@ -48,8 +50,12 @@ fn apply(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
         MINT.observe(mark);
     }
     let mut open = OpenKey::write(ctx, key);
-    match (request.shared, request.expires_at) {
-        (true, Some(at)) => set_shared(&mut open, request.owner, request.token, at)?,
+    let what = match (request.lapsed, request.shared, request.expires_at) {
+        (true, _, _) => {
+            remove_lapsed(&mut open, request.owner, request.token)?;
+            Applied::Lapsed
+        }
+        (false, true, Some(at)) => set_shared(&mut open, request.owner, request.token, at)?,
         _ => {
             if !open.set_lock(Lock::exclusive(request.owner, request.token)) {
                 return Err(StoreError.into());
@@ -59,34 +65,77 @@ fn apply(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
                     return Err(StoreError.into());
                 }
             }
+            Applied::Granted
         }
-    }
+    };
     drop(open);
-    propagate::applied(ctx, Arg::Str(key));
+    propagate::applied(ctx, Arg::Str(key), what);
     Ok(Reply::Ok)
 }
 
+/// Removes `owner`'s shared holding with `token`, as the master did when it lapsed:
+/// the key then expires with the last of the others, or is deleted.
+fn remove_lapsed(open: &mut OpenKey, owner: &[u8], token: i64) -> Result<(), StoreError> {
+    let ours = open
+        .lock()
+        .filter(|lock| lock.mode() == Mode::Shared)
+        .is_some_and(|lock| lock.token_of(owner, Mode::Shared) == Some(token));
+    if !ours {
+        return Ok(());
+    }
+    if let Some(lock) = open.lock_mut() {
+        lock.remove(owner);
+    }
+    let rest = open.lock().and_then(|lock| lock.key_expiry(None));
+    let done = match rest {
+        Some(at) if open.lock().is_some_and(|lock| !lock.is_empty()) => open.set_key_expiry(at),
+        _ => open.delete(),
+    };
+    if done {
+        Ok(())
+    } else {
+        Err(StoreError)
+    }
+}
+
 /// Sets `owner`'s shared holding (added, or replacing its token and expiry), then
-/// the key's expiry to the last of its holdings.
-fn set_shared(open: &mut OpenKey, owner: &[u8], token: i64, at: i64) -> Result<(), StoreError> {
-    let added = match open.lock_mut() {
+/// the key's expiry to the last of its holdings. An existing holding with the same
+/// token got a new expiry (a refresh or extend); anything else is a grant.
+fn set_shared(
+    open: &mut OpenKey,
+    owner: &[u8],
+    token: i64,
+    at: i64,
+) -> Result<Applied, StoreError> {
+    let (stored, what) = match open.lock_mut() {
         Some(Lock::Shared(holdings)) => {
             match holdings.iter_mut().find(|h| h.owner.as_bytes() == owner) {
                 Some(holding) => {
+                    let moved = holding.token == token;
                     holding.token = token;
                     holding.expires_at = at;
+                    (
+                        true,
+                        if moved {
+                            Applied::Moved
+                        } else {
+                            Applied::Granted
+                        },
+                    )
                 }
-                None => holdings.push(SharedHolding {
-                    token,
-                    expires_at: at,
-                    owner: Owner::new(owner),
-                }),
+                None => {
+                    holdings.push(SharedHolding {
+                        token,
+                        expires_at: at,
+                        owner: Owner::new(owner),
+                    });
+                    (true, Applied::Granted)
+                }
             }
-            true
         }
-        _ => false,
+        _ => (false, Applied::Granted),
     };
-    if !added && !open.put(Lock::shared(owner, token, at)) {
+    if !stored && !open.put(Lock::shared(owner, token, at)) {
         return Err(StoreError);
     }
     let last = open
@@ -94,7 +143,7 @@ fn set_shared(open: &mut OpenKey, owner: &[u8], token: i64, at: i64) -> Result<(
         .and_then(|lock| lock.key_expiry(None))
         .unwrap_or(at);
     if open.set_key_expiry(last) {
-        Ok(())
+        Ok(what)
     } else {
         Err(StoreError)
     }

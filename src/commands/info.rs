@@ -30,7 +30,6 @@ fn info(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     // until its master says it lapsed.
     let holders: Vec<HolderInfo> = lock
         .live_holders(open.expires_at(), now)
-        .into_iter()
         .map(|h| HolderInfo {
             owner: h.owner.into(),
             ttl: h.expires_at.map_or(-1, |at| at.saturating_sub(now).max(0)),

@@ -77,6 +77,8 @@ pub struct Config {
     /// Files and directories copied into the server's directory before it starts
     /// (an RDB or AOF for it to load).
     pub preload: Vec<PathBuf>,
+    /// Environment variables of the server process.
+    pub env: Vec<(String, String)>,
 }
 
 impl Config {
@@ -108,6 +110,12 @@ impl Config {
     /// starts: `dump.rdb` or `appendonlydir` are then loaded.
     pub fn preload(mut self, path: impl Into<PathBuf>) -> Self {
         self.preload.push(path.into());
+        self
+    }
+
+    /// Sets an environment variable of the server process.
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.env.push((name.into(), value.into()));
         self
     }
 
@@ -354,6 +362,7 @@ fn spawn(dir: &Path, port: u16, config: &Config) -> Result<Child, String> {
     for (name, value) in &config.settings {
         command.arg(format!("--{name}")).arg(value);
     }
+    command.envs(config.env.iter().map(|(k, v)| (k, v)));
     let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::null())

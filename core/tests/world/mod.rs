@@ -69,7 +69,6 @@ impl World {
             None => Vec::new(),
             Some(lock) => lock
                 .live_holders(self.store.expiry, self.now)
-                .into_iter()
                 .map(|h| (h.owner.to_vec(), lock.mode()))
                 .collect(),
         }
