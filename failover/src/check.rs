@@ -47,7 +47,7 @@ pub struct Report {
     pub unresolved: Vec<String>,
     pub accepted_writes: usize,
     pub rejected_writes: usize,
-    /// Grants by a node that the sentinels did not name master at the time.
+    /// Grants by a node that the sentinels had replaced (see `replaced`).
     pub replaced_master_grants: usize,
 }
 
@@ -77,6 +77,17 @@ fn master_at(masters: &[(i128, usize)], t: i128) -> Option<usize> {
         .map(|&(_, node)| node)
 }
 
+/// True if `node` granted at `t` while the sentinels named another master and were
+/// not about to name it: a replaced master. (A promoted replica grants a moment
+/// before the sentinels name it; that is not one.)
+fn replaced(masters: &[(i128, usize)], node: usize, t: i128) -> bool {
+    let next = masters
+        .iter()
+        .find(|(since, _)| *since > t)
+        .map(|&(_, n)| n);
+    master_at(masters, t).is_some_and(|m| m != node) && next != Some(node)
+}
+
 fn ms(ns: i128) -> f64 {
     ns as f64 / 1e6
 }
@@ -101,7 +112,7 @@ pub fn check(records: &Records) -> Report {
                 report.rejected_writes += 1;
             }
         }
-        if master_at(&records.masters, grant.reply).is_some_and(|m| m != grant.node) {
+        if replaced(&records.masters, grant.node, grant.reply) {
             report.replaced_master_grants += 1;
         }
     }
@@ -246,7 +257,7 @@ fn outcome(records: &Records, fault: &crate::records::Fault, next: i128) -> Faul
         .grants
         .iter()
         .filter(|g| g.node == fault.node && g.reply > fault.end)
-        .filter(|g| master_at(&records.masters, g.reply).is_some_and(|m| m != g.node))
+        .filter(|g| replaced(&records.masters, g.node, g.reply))
         .count();
     let replaced = switch.is_some() && fault.kind != "replica-restart";
     FaultOutcome {
@@ -397,6 +408,9 @@ mod tests {
         assert_eq!(fault.stale_master_ms, Some(2000.0));
         assert_eq!(fault.stale_grants, 1);
         assert_eq!(report.replaced_master_grants, 1);
+        // The new master's grant a moment before the sentinels name it is not one.
+        run.grants.push(grant("d", 25, 1, 1900, 1950));
+        assert_eq!(check(&run).replaced_master_grants, 1);
     }
 
     #[test]
