@@ -287,6 +287,7 @@ mod tests {
             sent: sent_ms * MS,
             reply: (sent_ms + 1) * MS,
             ttl_ms: 1000,
+            lease_end: None,
             ended: Some(ended_ms * MS),
             writes: Vec::new(),
         }
@@ -373,6 +374,17 @@ mod tests {
         late.reply = late.sent + 2000 * MS; // past the 1 s TTL
         let report = check(&records(vec![grant("a", 20, 1, 0, 10), late]));
         assert!(report.regressions.is_empty() && report.overlaps.is_empty());
+    }
+
+    #[test]
+    fn a_grant_renewed_after_a_long_wait_holds_until_its_lease() {
+        // Sent at 0, granted at 1500 (past the TTL counted from the send), then
+        // extended by the client: its lease runs to 2400.
+        let mut waited = grant("a", 10, 0, 0, 2000);
+        waited.reply = 1500 * MS;
+        waited.lease_end = Some(2400 * MS);
+        let report = check(&records(vec![waited, grant("b", 20, 1, 1600, 1700)]));
+        assert_eq!(report.overlaps.len(), 1, "{report:?}");
     }
 
     #[test]

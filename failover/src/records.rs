@@ -2,8 +2,9 @@
 //!
 //! Each worker appends to its own file, writing each line before its next step:
 //! - `ASK key t`: an acquire with `WAIT` is about to be sent;
-//! - `GRANT key owner token node sent reply ttl_ms`: granted by node `node` (its
-//!   index), sent at `sent`, reply received at `reply`;
+//! - `GRANT key owner token node sent reply ttl_ms lease_end`: granted by node `node`
+//!   (its index), sent at `sent`, reply received at `reply`; the client's lease
+//!   ends at `lease_end` (the server keeps the lock at least that long);
 //! - `NONE key t`: the wait ended without the lock; `ERROR key t kind`: the acquire
 //!   failed (`kind` is one word: `not-replicated`, `readonly`, `noreplicas`,
 //!   `connection`, …; the error's text follows, blanks as `_`); `UNANSWERED key t sent`: no reply within the wait and a
@@ -39,6 +40,8 @@ pub struct Grant {
     pub sent: i128,
     pub reply: i128,
     pub ttl_ms: i64,
+    /// The end of the client's lease, if recorded.
+    pub lease_end: Option<i128>,
     pub ended: Option<i128>,
     pub writes: Vec<Write>,
 }
@@ -46,10 +49,12 @@ pub struct Grant {
 impl Grant {
     /// The span in which the holder relied on the lock and the server that granted
     /// it could not yet have let it lapse: from the reply to the earlier of the end
-    /// of the work and the send time plus the TTL. Empty for a grant whose reply came
-    /// after that.
+    /// of the work and the end of the lease (without one, the send time plus the
+    /// TTL). Empty for a grant whose reply came after that.
     pub fn held(&self) -> (i128, i128) {
-        let lapse = self.sent + i128::from(self.ttl_ms) * 1_000_000;
+        let lapse = self
+            .lease_end
+            .unwrap_or(self.sent + i128::from(self.ttl_ms) * 1_000_000);
         let end = self.ended.map_or(lapse, |ended| ended.min(lapse));
         (self.reply, end.max(self.reply))
     }
@@ -112,7 +117,7 @@ fn read_line(line: &str, records: &mut Records, by_owner: &mut BTreeMap<String, 
         ["NONE", ..] => records.nones += 1,
         ["ERROR", _, _, kind, ..] => *records.errors.entry(kind.to_string()).or_default() += 1,
         ["UNANSWERED", key, t, sent] => records.unanswered.push(format!("{key} {t} {sent}")),
-        ["GRANT", key, owner, ..] if fields.len() == 8 => {
+        ["GRANT", key, owner, ..] if fields.len() >= 8 => {
             let (Some(token), Some(node), Some(sent), Some(reply), Some(ttl)) =
                 (int(3), int(4), int(5), int(6), int(7))
             else {
@@ -128,6 +133,7 @@ fn read_line(line: &str, records: &mut Records, by_owner: &mut BTreeMap<String, 
                     sent,
                     reply,
                     ttl_ms: ttl as i64,
+                    lease_end: int(8),
                     ended: None,
                     writes: Vec::new(),
                 },

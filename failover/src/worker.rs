@@ -231,8 +231,14 @@ impl Worker {
             .position(|&p| u32::from(p) == port)
             .unwrap_or(usize::MAX);
         let ttl_ms = self.options.ttl_ms;
+        // The lease, on the wall clock: after a long wait the client extends at once,
+        // so the lease may start well after `sent`.
+        let left = lock
+            .valid_until()
+            .saturating_duration_since(std::time::Instant::now());
+        let lease_end = now_ns() + left.as_nanos() as i128;
         self.record(format_args!(
-            "GRANT {key} {} {} {node} {sent} {reply} {ttl_ms}",
+            "GRANT {key} {} {} {node} {sent} {reply} {ttl_ms} {lease_end}",
             lock.owner(),
             lock.token(),
         ));
