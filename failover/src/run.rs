@@ -230,8 +230,9 @@ fn run_mode(options: &Options, mode: Mode, module: &Path, seed: u64) -> Result<M
                 last_failover = Some(Instant::now());
             }
             // Quiet seconds once it has settled again (which takes Sentinel ~10 s
-            // after a stop or a partition).
-            topology.wait_settled(Duration::from_secs(30));
+            // after a stop or a partition), if that comes before the end.
+            let left = u64::try_from(until - now_ns()).unwrap_or(0);
+            topology.wait_settled(Duration::from_nanos(left).min(Duration::from_secs(30)));
             thread::sleep(Duration::from_millis(rng.gen_range(1500..3000)));
         }
     }
