@@ -171,18 +171,20 @@ fn a_lock_that_expires_while_writes_are_paused_is_handed_off_after_the_pause() {
 
 #[test]
 fn an_extended_lock_keeps_its_waiters_waiting() {
+    // Under valgrind the waiter may take longer to queue than a short TTL lasts.
+    let ms = |ms: u64| if slow_server() { ms * 20 } else { ms };
     let server = Server::start();
     let mut con = server.connection();
-    acquire(&mut con, "job", "holder", 200).unwrap();
-    let w = waiter(&server, "job", "waiter", 10_000);
+    acquire(&mut con, "job", "holder", ms(200) as i64).unwrap();
+    let w = waiter(&server, "job", "waiter", ms(10_000) as i64);
     wait_for_waiters(&mut con, "job", 1);
-    assert_eq!(extend(&mut con, "job", "holder", 600), 1);
+    assert_eq!(extend(&mut con, "job", "holder", ms(600) as i64), 1);
     let started = Instant::now();
-    thread::sleep(Duration::from_millis(300));
+    thread::sleep(Duration::from_millis(ms(300)));
     assert_eq!(lock_info(&mut con, "job").unwrap().owner, b"holder");
     let token = w.join().unwrap();
     assert!(token.is_some());
-    assert!(started.elapsed() >= Duration::from_millis(500));
+    assert!(started.elapsed() >= Duration::from_millis(ms(500)));
 }
 
 #[test]
