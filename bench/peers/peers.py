@@ -184,18 +184,17 @@ class EtcdServer(Server):
 class Client:
     """One client process: a pid, a pipe to it and a pipe from it."""
 
-    def __init__(self, pid, to_fd, from_fd):
+    def __init__(self, pid, to_fd, from_fd, proc=None):
         self.pid, self.to_fd, self.from_fd, self.buffer = pid, to_fd, from_fd, b""
+        # A Popen must reap its own process: subprocess reaps abandoned ones itself.
+        self.proc = proc
         STARTED.append(pid)
 
     @classmethod
     def rust(cls, port, hold_ms):
         proc = subprocess.Popen([DRIVER, "--port", str(port), "peer", "--key", KEY, "--hold-ms", str(hold_ms)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        client = cls(proc.pid, os.dup(proc.stdin.fileno()), os.dup(proc.stdout.fileno()))
-        proc.stdin.close()
-        proc.stdout.close()
-        return client
+        return cls(proc.pid, proc.stdin.fileno(), proc.stdout.fileno(), proc)
 
     @classmethod
     def python(cls, side, port, key, hold_ms):
@@ -232,17 +231,26 @@ class Client:
         return line.decode()
 
     def end(self):
-        """Reaps the process (killing it if it is still there) and closes the pipes."""
-        for _ in range(50):
-            if os.waitpid(self.pid, os.WNOHANG)[0]:
-                break
-            time.sleep(0.02)
+        """Reaps the process (killing it if it is still there after a second)."""
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc.stdin.close()
+            self.proc.stdout.close()
         else:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
+            for _ in range(50):
+                if os.waitpid(self.pid, os.WNOHANG)[0]:
+                    break
+                time.sleep(0.02)
+            else:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            os.close(self.to_fd)
+            os.close(self.from_fd)
         STARTED.remove(self.pid)
-        os.close(self.to_fd)
-        os.close(self.from_fd)
 
 
 def run_once(side, n, hold_ms, seconds, redis_server, etcd_server):
