@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis_lock_client::LockCommands;
+use redis_lock_client::{LockCommands, Wait};
 
 /// What one client measured in the window [t0, t1].
 #[derive(Default)]
@@ -102,7 +102,7 @@ pub fn run(port: u16, key: &str, ttl: Duration, hold: Duration) -> redis::RedisR
         update(&mut |r| {
             r.waiting_since.get_or_insert(asked);
         });
-        let lock = match con.acquire(key, ttl, Duration::ZERO) {
+        let lock = match con.acquire(key, ttl, Wait::Forever) {
             Ok(Some(lock)) => lock,
             Ok(None) => continue,
             Err(_) => {
