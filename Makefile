@@ -7,7 +7,7 @@ MODULE    := target/release/libredis_lock.so
 DEBS      := redis-server redis-tools redis-sentinel libclang-dev
 PYTHON    ?= python3
 
-.PHONY: all build run test bench demo memcheck fuzz torture failover deps lint clean
+.PHONY: all build run test bench bench-peers demo memcheck fuzz torture failover deps lint clean
 
 all: build
 
@@ -106,6 +106,11 @@ fuzz: deps
 # Benchmarks against plain Redis on a server of its own; writes bench/RESULTS.md.
 bench: deps
 	bench/run.sh
+
+# Against the locks users would pick instead (redis-py's Lock, python-redis-lock,
+# pottery, etcd) on one workload; writes bench/PEERS.md and its plots (bench/peers/).
+bench-peers: deps
+	bench/peers/run.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

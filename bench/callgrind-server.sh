@@ -4,7 +4,13 @@
 # the dumps go, as callgrind.out*), `port` and `vg` (the server's pid).
 start_callgrind_server() {
   dir="$(mktemp -d)"
-  port=$(( 20000 + RANDOM % 20000 ))
+  # A port nothing listens on: other servers (tests, other benches) come and go.
+  port=""
+  for _ in $(seq 1 50); do
+    local candidate=$(( 20000 + RANDOM % 20000 ))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then port=$candidate; break; fi
+  done
+  [ -n "$port" ] || { echo "no free port found" >&2; exit 1; }
   valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out" \
     redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save "" --appendonly no \
     "$@" --loadmodule "$PWD/target/release/libredis_lock.so" >"$dir/valgrind.log" 2>&1 &

@@ -17,10 +17,11 @@ start_callgrind_server
 cli() { redis-cli -p "$port" "$@"; }
 pipe() { redis-cli -p "$port" --pipe >/dev/null; }
 release_sha=$(cli SCRIPT LOAD "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0")
+fenced_sha=$(cli SCRIPT LOAD "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return redis.call('INCR', KEYS[2]) end return false")
 extend_sha=$(cli SCRIPT LOAD "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0")
 
-# Inline commands for keys 0..N-1: `gen 'FORMAT with %d'`.
-gen() { seq 0 $((N - 1)) | awk -v f="$1" '{ printf f "\r\n", $1 }'; }
+# Inline commands for keys 0..N-1: `gen 'FORMAT with %d'` (each %d is the key number).
+gen() { seq 0 $((N - 1)) | awk -v f="$1" '{ printf f "\r\n", $1, $1 }'; }
 
 # instructions SETUP MEASURED: runs SETUP, then counts MEASURED (both formats for gen).
 instructions() {
@@ -46,6 +47,9 @@ echo "|---|---|---|---|---|"
 row "acquire a free key" \
   "$(instructions "" "LOCK.ACQUIRE lk:x%012d $OWNER 100000")" \
   "$(instructions "" "SET sk:x%012d $OWNER NX PX 100000")" "SET NX PX"
+row "acquire a free key, with a fencing token" \
+  "$(instructions "" "LOCK.ACQUIRE lk:x%012d $OWNER 100000")" \
+  "$(instructions "" "EVALSHA $fenced_sha 2 fk:x%012d fk:token:x%012d $OWNER 100000")" "EVALSHA SET NX PX + INCR (fencing token)"
 row "acquire a held key (miss)" \
   "$(instructions "LOCK.ACQUIRE lk:x%012d $OWNER 3600000" "LOCK.ACQUIRE lk:x%012d $OTHER 100000")" \
   "$(instructions "SET sk:x%012d $OWNER PX 3600000" "SET sk:x%012d $OTHER NX PX 100000")" "SET NX PX"

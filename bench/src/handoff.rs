@@ -21,6 +21,15 @@ struct Run {
     after_send: Vec<f64>,
 }
 
+/// The `waiters` field of a LOCK.INFO reply (RESP2: a flat field/value array, whose
+/// fields grew with shared holdings: look it up by name, not by position).
+fn waiters(info: &[redis::Value]) -> Option<i64> {
+    info.chunks(2).find_map(|pair| match pair {
+        [redis::Value::BulkString(name), redis::Value::Int(n)] if name == b"waiters" => Some(*n),
+        _ => None,
+    })
+}
+
 fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
@@ -75,7 +84,7 @@ fn hand_offs(client: &Client, rounds: usize) -> RedisResult<Run> {
         // Wait (outside the measurement) until the waiter is queued.
         loop {
             let info: Vec<redis::Value> = redis::cmd("LOCK.INFO").arg(KEY).query(&mut observer)?;
-            if matches!(info.last(), Some(redis::Value::Int(1))) {
+            if waiters(&info) == Some(1) {
                 break;
             }
         }

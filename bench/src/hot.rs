@@ -182,7 +182,7 @@ pub fn run(client: &Client, runs: usize, clients: usize, seconds: f64) -> RedisR
         alone_ratios.push(wait.rate() / alone.rate().max(1e-9));
     }
     println!(
-        "\n{clients} clients, {seconds} s per run. Median ratio WAIT / polling: **{:.1}x** (target: at least 5x); a WAIT client starved: {}. \
+        "\n{clients} clients, {seconds} s per run. Median ratio WAIT / polling: **{:.1}x** (the former 5x target is retired, see bench/README.md); a WAIT client starved: {}. \
          WAIT against one poller alone: {:.1}x. Each grant costs its holder one round trip with WAIT and two for a poller \
          alone (SET NX, then the release script), so a server-side queue gains about 2x over one poller alone on this \
          workload, not 5x; {clients} pollers, which fill one another's gaps, come closer still.",

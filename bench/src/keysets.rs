@@ -167,7 +167,11 @@ pub fn release_row(
         pipeline,
         &ours,
         &theirs,
-        "≥ 2x throughput",
+        if pipeline > 1 {
+            "≥ 2x throughput"
+        } else {
+            crate::compare::RETIRED_UNPIPELINED
+        },
     );
     Ok(())
 }

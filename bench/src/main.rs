@@ -6,8 +6,11 @@ mod compare;
 mod handoff;
 mod hot;
 mod keysets;
+mod peer;
 mod queue;
 mod stats;
+
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -58,6 +61,19 @@ enum Command {
         #[arg(long)]
         callgrind_out_file: Option<std::path::PathBuf>,
     },
+    /// One client process of `make bench-peers` (bench/peers/peers.py starts N of
+    /// them): acquire with WAIT through the client crate, hold, release, in a loop.
+    Peer {
+        /// The lock every client contends for.
+        #[arg(long)]
+        key: String,
+        /// How long each grant is held before the release, in ms.
+        #[arg(long)]
+        hold_ms: u64,
+        /// The lock's TTL, in ms.
+        #[arg(long, default_value_t = 10_000)]
+        ttl_ms: u64,
+    },
 }
 
 fn main() -> redis::RedisResult<()> {
@@ -79,5 +95,15 @@ fn main() -> redis::RedisResult<()> {
                 .map(|(pid, out_file)| queue::Callgrind { pid, out_file });
             queue::run(&client, cli.port, cli.runs, short, long, callgrind)
         }
+        Command::Peer {
+            key,
+            hold_ms,
+            ttl_ms,
+        } => peer::run(
+            cli.port,
+            &key,
+            Duration::from_millis(ttl_ms),
+            Duration::from_millis(hold_ms),
+        ),
     }
 }

@@ -1,0 +1,231 @@
+"""The figures of one run of `make bench-peers`, the targets, and PEERS.md."""
+
+import math
+import os
+
+LABELS = {
+    "ours-rust": "ours: LOCK.ACQUIRE WAIT, Rust client",
+    "ours-redis-py": "ours: LOCK.ACQUIRE WAIT, redis-py",
+    "redis-py-lock": "redis-py Lock (sleep 0.1 s)",
+    "redis-py-lock-1ms": "redis-py Lock, sleep 1 ms",
+    "python-redis-lock": "python-redis-lock",
+    "pottery-redlock": "pottery Redlock, 1 master",
+    "etcd3-lock": "etcd, python-etcd3 Lock",
+}
+OURS = ["ours-rust", "ours-redis-py"]
+
+# Everything above this line in PEERS.md is written by peers.py; what follows it is
+# kept as it is when the file is written again.
+MARKER = "<!-- Written by bench/peers/peers.py down to here; the rest by hand, kept on a rerun. -->"
+
+
+def quantile(samples, q):
+    """Nearest-rank quantile, as bench/src/stats.rs; 0 when empty."""
+    if not samples:
+        return 0.0
+    ordered = sorted(samples)
+    rank = min(len(ordered), max(1, math.ceil(q * len(ordered))))
+    return ordered[rank - 1]
+
+
+def summarise(side, n, hold_ms, seconds, reports, cpu_s, commands):
+    per_client = [len(r["waits_us"]) for r in reports]
+    acquisitions = sum(per_client)
+    # A wait still open at the end counts with what it had waited so far, so a
+    # starved client shows in the percentiles instead of vanishing from them.
+    waits = [w for r in reports for w in r["waits_us"]]
+    waits += [r["pending_us"] for r in reports if r["pending_us"] is not None]
+    per_acquisition = max(acquisitions, 1)
+    return {
+        "side": side,
+        "n": n,
+        "hold_ms": hold_ms,
+        "seconds": seconds,
+        "acquisitions": acquisitions,
+        "rate": acquisitions / seconds,
+        "utilisation": sum(r["held_s"] for r in reports) / seconds,
+        "min_per_client": min(per_client),
+        "max_per_client": max(per_client),
+        "fairness": min(per_client) / max(per_client) if max(per_client) else 0.0,
+        "p50_ms": quantile(waits, 0.5) / 1000,
+        "p99_ms": quantile(waits, 0.99) / 1000,
+        "max_ms": max(waits, default=0.0) / 1000,
+        "cpu_us": cpu_s * 1e6 / per_acquisition,
+        "commands": commands / per_acquisition,
+        "errors": sum(r["errors"] for r in reports),
+    }
+
+
+def line(run):
+    return (f"H={run['hold_ms']:>3} ms N={run['n']:>2} {run['side']:<18} {run['rate']:9.1f}/s "
+            f"util {run['utilisation']:.2f} fair {run['fairness']:.2f} "
+            f"p50 {run['p50_ms']:8.2f} p99 {run['p99_ms']:8.2f} max {run['max_ms']:8.1f} ms "
+            f"cpu {run['cpu_us']:7.1f} µs cmds {run['commands']:5.2f} err {run['errors']}")
+
+
+def table(runs):
+    rows = [
+        "| H (ms) | N | side | run (s) | acquisitions/s | utilisation | min / max per client | fairness "
+        "| wait p50 (ms) | p99 (ms) | max (ms) | server CPU per acquisition (µs) | server requests per acquisition | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        rows.append(
+            f"| {r['hold_ms']} | {r['n']} | {LABELS.get(r['side'], r['side'])} | {r['seconds']:g} "
+            f"| {r['rate']:.1f} | {r['utilisation']:.2f} | {r['min_per_client']} / {r['max_per_client']} "
+            f"| {r['fairness']:.2f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['max_ms']:.1f} "
+            f"| {r['cpu_us']:.1f} | {r['commands']:.2f} | {r['errors']} |"
+        )
+    return "\n".join(rows)
+
+
+def cells(runs):
+    """{(hold_ms, n): {side: run}}, in the order the runs came."""
+    out = {}
+    for r in runs:
+        out.setdefault((r["hold_ms"], r["n"]), {})[r["side"]] = r
+    return out
+
+
+def fmt_cells(items):
+    return ", ".join(f"H={h} N={n}: {v}" for (h, n), v in items)
+
+
+def verdict(ok, figures):
+    return f"**{'met' if ok else 'not met'}** ({figures})"
+
+
+def targets(runs):
+    """One line per target and side of ours, with the measured figures."""
+    lines = []
+    by_cell = cells(runs)
+    for ours in OURS:
+        got = {cell: sides for cell, sides in by_cell.items() if ours in sides}
+        if not got:
+            continue
+        lines.append(f"\n**{LABELS[ours]}**\n")
+
+        def peers(sides):
+            return [s for name, s in sides.items() if name not in OURS]
+
+        ratios = []
+        for cell, sides in got.items():
+            if peers(sides):
+                cheapest = min(peers(sides), key=lambda r: r["cpu_us"])
+                ratios.append((cell, sides[ours]["cpu_us"] / max(cheapest["cpu_us"], 1e-9), cheapest["side"]))
+        if ratios:
+            worst = max(ratios, key=lambda x: x[1])
+            lines.append(
+                "- Server CPU per acquisition ≤ 0.8x the cheapest peer's in every cell: "
+                + verdict(all(r <= 0.8 for _, r, _ in ratios),
+                          f"worst {worst[1]:.2f}x at H={worst[0][0]} N={worst[0][1]} against {worst[2]}; "
+                          + fmt_cells((c, f"{r:.2f}x") for c, r, _ in ratios))
+            )
+
+        fast, equal = [], []
+        for cell, sides in got.items():
+            if not peers(sides):
+                continue
+            best = max(peers(sides), key=lambda r: r["rate"])
+            ratio = sides[ours]["rate"] / max(best["rate"], 1e-9)
+            if cell[0] == 0 and cell[1] >= 4:
+                fast.append((cell, ratio))
+            elif cell[0] > 0:
+                equal.append((cell, ratio))
+        if fast:
+            lines.append(
+                "- Acquisitions/s ≥ 1.3x the best peer's at H=0, N ≥ 4: "
+                + verdict(all(r >= 1.3 for _, r in fast), fmt_cells((c, f"{r:.2f}x") for c, r in fast))
+            )
+        if equal:
+            lines.append(
+                "- Acquisitions/s equal to the best peer's at H > 0 (taken as ≥ 0.95x): "
+                + verdict(all(r >= 0.95 for _, r in equal), fmt_cells((c, f"{r:.2f}x") for c, r in equal))
+            )
+
+        fair = [(cell, sides[ours]["fairness"]) for cell, sides in got.items()]
+        lines.append(
+            "- Fairness (min/max per client) ≥ 0.9 in every cell: "
+            + verdict(all(f >= 0.9 for _, f in fair),
+                      f"lowest {min(f for _, f in fair):.2f}; " + fmt_cells((c, f"{f:.2f}") for c, f in fair))
+        )
+
+        p99 = []
+        for cell, sides in got.items():
+            if cell[0] == 10 and cell[1] >= 16 and peers(sides):
+                best = min(peers(sides), key=lambda r: r["p99_ms"])
+                p99.append((cell, sides[ours]["p99_ms"], best["p99_ms"], best["side"]))
+        if p99:
+            lines.append(
+                "- p99 wait ≤ 0.5x the best peer's at H=10 ms, N ≥ 16: "
+                + verdict(all(o <= 0.5 * b for _, o, b, _ in p99),
+                          fmt_cells((c, f"{o:.1f} ms against {b:.1f} ms ({s}), {o / max(b, 1e-9):.2f}x")
+                                    for c, o, b, s in p99))
+            )
+
+        etcd = [(cell, sides[ours], sides["etcd3-lock"]) for cell, sides in got.items() if "etcd3-lock" in sides]
+        if etcd:
+            rate = [(c, o["rate"] / max(e["rate"], 1e-9)) for c, o, e in etcd if c[0] == 0]
+            lines.append(
+                "- Against etcd, acquisitions/s ≥ 5x at H=0: "
+                + verdict(all(r >= 5 for _, r in rate), fmt_cells((c, f"{r:.1f}x") for c, r in rate))
+            )
+            ratio = [(c, o["p99_ms"] / max(e["p99_ms"], 1e-9), o["fairness"] >= e["fairness"]) for c, o, e in etcd]
+            lines.append(
+                "- Against etcd, p99 wait ≤ 0.2x at fairness at least as good, in every cell: "
+                + verdict(all(r <= 0.2 and f for _, r, f in ratio),
+                          fmt_cells((c, f"{r:.2f}x{'' if f else ' (less fair)'}") for c, r, f in ratio))
+            )
+    return "\n".join(lines)
+
+
+def write(results, path):
+    m = results["machine"]
+    libs = ", ".join(f"{k} {v}" for k, v in m["libraries"].items())
+    kept = ""
+    if os.path.exists(path):
+        with open(path) as f:
+            text = f.read()
+        if MARKER in text:
+            kept = text.split(MARKER, 1)[1]
+    runs = results["runs"]
+    parts = [
+        "# redis-lock against the locks users would pick instead",
+        "",
+        f"Produced by `make bench-peers` (bench/peers/) on {m['date']}, on a shared machine: "
+        f"{m['nproc']} cores ({m['cpu']}), Linux {m['kernel']}, Redis {m['redis']} (module release "
+        f"build, no persistence), etcd {m['etcd']} (Debian's etcd-server, defaults: one member, WAL "
+        f"fsynced to disk), Python {m['python']} with {libs}. Other developers were compiling "
+        "on the same 2 cores at the same time: timings are noisy, server CPU and requests per "
+        "acquisition less so.",
+        "",
+        "The workload of python-redis-lock's examples/bench.py: N client processes contend for "
+        "one lock for the run's duration, each looping acquire (waiting until it holds the lock) "
+        "→ hold H ms → release, each on a connection of its own. Each cell of the matrix runs "
+        "every side once, in an order that rotates from cell to cell. A run lasts at least "
+        f"{results['cycles']:g} trips of the lock around all N clients (N × H × {results['cycles']:g}), "
+        "so that per-client counts are large enough for a fair lock to show it.",
+        "",
+        "- acquisitions/s: grants in the run over its duration; utilisation: the share of the run "
+        "in which some client held the lock, as the clients saw it (grant reply to release call).",
+        "- fairness: min / max acquisitions per client; wait: from the acquire call to the grant, "
+        "waits still open at the end counted with what they had waited so far.",
+        "- server CPU: redis-server's used_cpu_user + used_cpu_sys (etcd: its process's CPU from "
+        "/proc), over the run; requests: Redis's total_commands_processed (etcd: gRPC messages "
+        "received), both per acquisition.",
+        "",
+        "![acquisitions/s and p99 wait against N, H = 10 ms](peers-h10.png)",
+        "![acquisitions/s and p99 wait against N, H = 0](peers-h0.png)",
+        "![server CPU per acquisition](peers-cpu.png)",
+        "",
+        "## Results",
+        "",
+        table(runs),
+        "",
+        "## Targets (ratios within this run)",
+        targets(runs),
+        "",
+        MARKER,
+    ]
+    with open(path, "w") as f:
+        f.write("\n".join(parts) + (kept if kept else "\n"))
