@@ -19,9 +19,24 @@ pipe() { redis-cli -p "$port" --pipe >/dev/null; }
 release_sha=$(cli SCRIPT LOAD "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0")
 fenced_sha=$(cli SCRIPT LOAD "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return redis.call('INCR', KEYS[2]) end return false")
 extend_sha=$(cli SCRIPT LOAD "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0")
+# The sorted-set semaphore of redis-semaphore and Redisson-style libraries: drop the
+# expired holders, count, add. ARGV: limit, owner, ttl, now (the client's clock).
+zsem_sha=$(cli SCRIPT LOAD "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[4]) - tonumber(ARGV[3])) if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then redis.call('ZADD', KEYS[1], ARGV[4], ARGV[2]) redis.call('PEXPIRE', KEYS[1], ARGV[3]) return 1 end return 0")
+NOW=1800000000000
 
-# Inline commands for keys 0..N-1: `gen 'FORMAT with %d'` (each %d is the key number).
-gen() { seq 0 $((N - 1)) | awk -v f="$1" '{ printf f "\r\n", $1, $1 }'; }
+# Inline commands for keys 0..N-1: `gen 'FORMAT with %d'` (each %d is the key number;
+# a FORMAT may hold several commands, separated by \r\n).
+gen() { seq 0 $((N - 1)) | awk -v f="$1" '{ printf f "\r\n", $1, $1, $1, $1, $1, $1, $1, $1, $1, $1 }'; }
+
+# The first `count` of five semaphore holders of key %d, as commands of `format`
+# (whose %s is the holder's number): `holders count format`.
+holders() {
+  local i out=""
+  for i in $(seq 1 "$1"); do
+    out+="${out:+\r\n}$(printf "$2" "$i")"
+  done
+  printf '%s' "$out"
+}
 
 # instructions SETUP MEASURED: runs SETUP, then counts MEASURED (both formats for gen).
 instructions() {
@@ -63,3 +78,17 @@ info=$(instructions "LOCK.ACQUIRE lk:x%012d $OWNER 3600000" "LOCK.INFO lk:x%012d
 pttl=$(instructions "SET sk:x%012d $OWNER PX 3600000" "PTTL sk:x%012d")
 get=$(instructions "SET sk:x%012d $OWNER PX 3600000" "GET sk:x%012d")
 row "read the lock" "$info" "$((pttl + get))" "PTTL ($pttl) + GET ($get)"
+
+# Semaphores: five permits; the step takes or gives back the fifth.
+ours_sem="LOCK.ACQUIRE sem:x%%012d permit-%s 3600000 LIMIT 5"
+theirs_sem="EVALSHA $zsem_sha 1 zsem:x%%012d 5 permit-%s 3600000 $NOW"
+take_ours=$(instructions "$(holders 4 "$ours_sem")" "$(printf "$ours_sem" 5)")
+take_theirs=$(instructions "$(holders 4 "$theirs_sem")" "$(printf "$theirs_sem" 5)")
+give_ours=$(instructions "$(holders 5 "$ours_sem")" "LOCK.RELEASE sem:x%012d permit-5")
+give_theirs=$(instructions "$(holders 5 "$theirs_sem")" "ZREM zsem:x%012d permit-5")
+row "semaphore: take the last of 5 permits" "$take_ours" "$take_theirs" "EVALSHA ZREMRANGEBYSCORE + ZCARD + ZADD"
+row "semaphore: refused, all 5 permits held" \
+  "$(instructions "$(holders 5 "$ours_sem")" "$(printf "$ours_sem" 6)")" \
+  "$(instructions "$(holders 5 "$theirs_sem")" "$(printf "$theirs_sem" 6)")" "EVALSHA ZREMRANGEBYSCORE + ZCARD"
+row "semaphore: give a permit back" "$give_ours" "$give_theirs" "ZREM"
+row "semaphore: one take and give back" "$((take_ours + give_ours))" "$((take_theirs + give_theirs))" "the script, then ZREM"

@@ -66,6 +66,17 @@ tmp="$(mktemp)"
   echo
   "$DRIVER" --port "$port" --runs "$RUNS" hot --clients 32 --seconds 5
   echo
+  echo "## A read-write lock: 16 readers and 2 writers"
+  echo
+  echo "Readers take SHARED holdings, writers exclusive ones, of one key, each holding it"
+  echo "1 ms, then releasing and asking again. Beside it, the plain-Redis recipe: Lua"
+  echo "scripts over a hash (mode and reader count, as Redisson keeps a read-write lock)"
+  echo "polled with a 1 ms sleep. The queue is FIFO across modes, so a writer waits for"
+  echo "the readers ahead of it only, and the readers behind it wait for it: fewer grants"
+  echo "per second than readers who never stop for a writer, and writers that get the lock."
+  echo
+  "$DRIVER" --port "$port" --runs "$RUNS" rwlock --readers 16 --writers 2 --seconds 5
+  echo
   echo "## Long queues: one hand-off with 100 and with 8,000 clients queued"
   echo
   echo "Waiters are raw connections queued with WAIT 0; one connection releases each"

@@ -8,6 +8,7 @@ mod hot;
 mod keysets;
 mod peer;
 mod queue;
+mod rwlock;
 mod stats;
 
 use std::time::Duration;
@@ -61,6 +62,20 @@ enum Command {
         #[arg(long)]
         callgrind_out_file: Option<std::path::PathBuf>,
     },
+    /// A read-write lock: `readers` shared and `writers` exclusive clients of one key
+    /// in a loop, with server-side WAIT, and with Lua scripts over a hash and a 1 ms
+    /// polling sleep.
+    Rwlock {
+        #[arg(long, default_value_t = 16)]
+        readers: usize,
+        #[arg(long, default_value_t = 2)]
+        writers: usize,
+        /// How long each grant is held before the release, in ms.
+        #[arg(long, default_value_t = 1)]
+        hold_ms: u64,
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+    },
     /// One client process of `make bench-peers` (bench/peers/peers.py starts N of
     /// them): acquire with WAIT through the client crate, hold, release, in a loop.
     Peer {
@@ -95,6 +110,12 @@ fn main() -> redis::RedisResult<()> {
                 .map(|(pid, out_file)| queue::Callgrind { pid, out_file });
             queue::run(&client, cli.port, cli.runs, short, long, callgrind)
         }
+        Command::Rwlock {
+            readers,
+            writers,
+            hold_ms,
+            seconds,
+        } => rwlock::run(&client, cli.runs, readers, writers, hold_ms, seconds),
         Command::Peer {
             key,
             hold_ms,
