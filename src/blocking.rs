@@ -13,6 +13,10 @@
 //!   (`PEXPIRE`).
 //! - A shared holding that lapses while others live on: the same key timer, due one
 //!   millisecond after it, removes it (and says so to replicas), then hands off.
+//!   Holdings the server did not grant itself get their timers too: those of a value
+//!   `RESTORE`d (marked from the RDB loader), and, after the server loaded its RDB or
+//!   AOF or became a master, those of every lock, found by a scan of the keyspace a
+//!   few hundred keys per timer tick (`TimerJob::Rescan`).
 //! - DEL, UNLINK, RENAME, MOVE, eviction, FLUSHDB/FLUSHALL: Redis tells the module
 //!   from inside its deletion, where writing is not allowed, so the key is marked and
 //!   a zero-delay timer hands off.
@@ -47,6 +51,7 @@ use crate::commands::{Reply, OOM, WRONGTYPE};
 use crate::ffi::block::Blocked;
 use crate::ffi::entry;
 use crate::ffi::key::OpenKey;
+use crate::ffi::scan::KeyScan;
 use crate::ffi::{Arg, Ctx, RString};
 use crate::propagate;
 use crate::state::{MINT, STATS};
@@ -76,6 +81,8 @@ pub enum TimerJob {
     Undelivered { db: i32, key: Box<[u8]>, token: i64 },
     /// Waiters' deadlines may have passed.
     Timeouts,
+    /// Scan on for locks whose holdings lapse (after a load or a promotion).
+    Rescan,
 }
 
 /// Why a key was marked for a look from a timer.
@@ -85,6 +92,14 @@ enum Mark {
     Removed,
     /// Evicted for memory: its waiters get the OOM error, not the lock.
     Evicted,
+    /// Written by `RESTORE` with holdings that lapse: watch them.
+    Loaded,
+}
+
+/// Where the scan for lapsing holdings is (`TimerJob::Rescan`).
+struct Rescan {
+    db: i32,
+    scan: KeyScan,
 }
 
 #[derive(Default)]
@@ -99,6 +114,8 @@ struct Waiting {
     timeout_timer: Option<Armed>,
     /// The timer of each watched key (waiters, or shared holdings that lapse).
     key_timers: HashMap<(i32, Box<[u8]>), Armed>,
+    /// The scan for lapsing holdings, while one runs.
+    rescan: Option<Rescan>,
 }
 
 thread_local! {
@@ -157,10 +174,26 @@ pub struct Request<'a> {
     pub timeout_ms: Option<i64>,
 }
 
+/// When the lock the caller read expires, and when its first shared holding lapses.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Deadlines {
+    pub expiry: Option<i64>,
+    pub lapse: Option<i64>,
+}
+
+impl Deadlines {
+    pub fn of(open: &OpenKey) -> Deadlines {
+        Deadlines {
+            expiry: open.expires_at(),
+            lapse: next_lapse(open),
+        }
+    }
+}
+
 /// Blocks the caller at the back of `key`'s queue. The lock is held now; its expiry
-/// (`expiry`, as the caller read it) is watched so the queue moves the moment it
-/// lapses.
-pub fn enqueue(ctx: Ctx, key: &[u8], request: Request<'_>, expiry: Option<i64>) -> Reply {
+/// and its next lapse (`deadlines`, as the caller read them) are watched so the
+/// queue moves the moment either frees a place.
+pub fn enqueue(ctx: Ctx, key: &[u8], request: Request<'_>, deadlines: Deadlines) -> Reply {
     let Some(handle) = entry::block(ctx) else {
         return Reply::error("ERR this client cannot be blocked");
     };
@@ -175,7 +208,8 @@ pub fn enqueue(ctx: Ctx, key: &[u8], request: Request<'_>, expiry: Option<i64>) 
     };
     with(|w| w.queues.push(db, key, waiter));
     STATS.waiters.incr();
-    watch_expiry(ctx, db, key, expiry);
+    watch_expiry(ctx, db, key, deadlines.expiry);
+    watch_lapse(ctx, db, key, deadlines.lapse);
     arm_timeouts(ctx);
     Reply::Blocked
 }
@@ -449,6 +483,7 @@ pub fn timer_fired(ctx: Ctx, job: TimerJob) {
         with(|w| {
             w.marked.clear();
             w.key_timers.clear();
+            w.rescan = None;
         });
         return;
     }
@@ -477,14 +512,75 @@ pub fn timer_fired(ctx: Ctx, job: TimerJob) {
                 if !ctx.select_db(db) {
                     continue;
                 }
-                if mark == Mark::Evicted && is_free(ctx, &key) {
-                    hand_off_refusing(ctx, db, &key, Some(Refusal::OutOfMemory));
-                } else {
-                    hand_off_from_timer(ctx, db, &key);
+                match mark {
+                    Mark::Evicted if is_free(ctx, &key) => {
+                        hand_off_refusing(ctx, db, &key, Some(Refusal::OutOfMemory));
+                    }
+                    Mark::Loaded => look_at(ctx, db, &key),
+                    _ => hand_off_from_timer(ctx, db, &key),
                 }
             }
         }
+        TimerJob::Rescan => rescan_step(ctx),
         TimerJob::Timeouts => {}
+    }
+}
+
+/// Keys the scan for lapsing holdings visits per timer tick.
+const RESCAN_KEYS_PER_STEP: usize = 500;
+
+/// Starts a scan of every database for locks whose holdings lapse, to watch them:
+/// after the server loaded its RDB or AOF, or became a master, it holds locks whose
+/// lapses no timer of this server watches (a replica leaves them to its master).
+/// A scan already running starts over.
+pub fn rescan(ctx: Ctx) {
+    let Some(scan) = KeyScan::new() else {
+        return;
+    };
+    let running = with(|w| w.rescan.replace(Rescan { db: 0, scan }).is_some());
+    if running == Some(false) {
+        entry::start_timer(ctx, 0, TimerJob::Rescan);
+    }
+}
+
+/// One tick of the scan: watches the lapses of the locks it meets, then goes on from
+/// the next tick (or the next database) until the last database ends.
+fn rescan_step(ctx: Ctx) {
+    let Some(Some(mut at)) = with(|w| w.rescan.take()) else {
+        return;
+    };
+    if !ctx.select_db(at.db) {
+        return; // past the last database: done
+    }
+    let mut lapsing = Vec::new();
+    let step = at.scan.step(ctx, RESCAN_KEYS_PER_STEP, &mut |key, lock| {
+        if let Some(lapse) = lock.next_lapse() {
+            lapsing.push((Box::<[u8]>::from(key), lapse));
+        }
+    });
+    for (key, lapse) in lapsing {
+        watch_lapse(ctx, at.db, &key, Some(lapse));
+    }
+    if !step.more {
+        let Some(scan) = KeyScan::new() else {
+            return;
+        };
+        at = Rescan {
+            db: at.db.saturating_add(1),
+            scan,
+        };
+    }
+    if with(|w| w.rescan = Some(at)).is_some() {
+        entry::start_timer(ctx, 0, TimerJob::Rescan);
+    }
+}
+
+/// The RDB loader made a lock at `key` whose holdings lapse. A `RESTORE` on a master
+/// marks it for a look, which watches them; the scan after a load sees to loaded keys.
+pub fn loaded(db: i32, key: Vec<u8>) {
+    let ctx = Ctx::module();
+    if !ctx.is_loading() && !ctx.is_replica() {
+        mark([(db, key.into_boxed_slice(), Mark::Loaded)]);
     }
 }
 

@@ -407,3 +407,133 @@ fn shared_holdings_survive_dump_restore_and_debug_reload() {
     let _: Value = query(&mut con, &["DEBUG", "RELOAD"]).unwrap();
     assert_eq!(holdings_of(&mut con, "doc"), before);
 }
+
+/// TTLs long enough for a restart or a promotion to finish before they lapse.
+fn lapse_ms() -> i64 {
+    if slow_server() {
+        12_000
+    } else {
+        3_000
+    }
+}
+
+#[test]
+fn after_an_aof_restart_a_lapse_frees_its_permit_for_a_waiter_untouched() {
+    let mut server = Server::with(Config::default().aof());
+    let mut con = server.connection();
+    let permits = ["LIMIT", "2"];
+    acquire_with(&mut con, "exports", "keeper", 600_000, &permits)
+        .unwrap()
+        .unwrap();
+    acquire_with(&mut con, "exports", "short", lapse_ms(), &permits)
+        .unwrap()
+        .unwrap();
+    server.kill();
+    server.restart();
+    let mut con = server.connection();
+    // The restarted server granted neither holding: it still watches their lapses.
+    let queued = waiter(&server, "exports", "next", 60_000, &permits, 60_000);
+    wait_for_waiters(&mut con, "exports", 1);
+    let asked = Instant::now();
+    assert!(queued.join().unwrap().unwrap().is_some());
+    assert!(asked.elapsed() < Duration::from_millis(lapse_ms() as u64 + 5_000));
+    assert_eq!(owners(&mut con, "exports"), ["keeper", "next"]);
+    assert_eq!(lock_stat(&mut con, "expirations"), 1);
+}
+
+#[test]
+fn after_a_restart_nobody_touching_the_key_a_lapse_is_removed_on_time() {
+    let mut server = Server::with(Config::default().aof());
+    let mut con = server.connection();
+    acquire_with(&mut con, "doc", "keeper", 600_000, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    acquire_with(&mut con, "doc", "short", lapse_ms(), &["SHARED"])
+        .unwrap()
+        .unwrap();
+    server.kill();
+    server.restart();
+    let mut con = server.connection();
+    wait_until(Duration::from_millis(lapse_ms() as u64 + 5_000), || {
+        lock_stat(&mut con, "expirations") == 1
+    });
+    assert_eq!(owners(&mut con, "doc"), ["keeper"]);
+}
+
+#[test]
+fn a_promoted_replica_removes_the_lapses_its_master_never_sent() {
+    let mut master = Server::start();
+    let replica = Server::start();
+    replica.replicate_from(&master);
+    let mut m = master.connection();
+    acquire_with(&mut m, "doc", "keeper", 600_000, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    acquire_with(&mut m, "doc", "short", lapse_ms(), &["SHARED"])
+        .unwrap()
+        .unwrap();
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut m).unwrap();
+    master.kill();
+    let mut r = replica.connection();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut r)
+        .unwrap();
+    wait_until(Duration::from_millis(lapse_ms() as u64 + 5_000), || {
+        lock_stat(&mut r, "expirations") == 1
+    });
+    assert_eq!(owners(&mut r, "doc"), ["keeper"]);
+}
+
+#[test]
+fn a_restored_lock_removes_its_lapses_on_time() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire_with(&mut con, "doc", "keeper", 600_000, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    acquire_with(&mut con, "doc", "short", lapse_ms(), &["SHARED"])
+        .unwrap()
+        .unwrap();
+    let payload: Vec<u8> = query(&mut con, &["DUMP", "doc"]).unwrap();
+    let _: i64 = query(&mut con, &["DEL", "doc"]).unwrap();
+    let _: () = redis::cmd("RESTORE")
+        .arg("copy")
+        .arg(0)
+        .arg(payload)
+        .query(&mut con)
+        .unwrap_or_else(|e: redis::RedisError| panic!("{e}"));
+    wait_until(Duration::from_millis(lapse_ms() as u64 + 5_000), || {
+        lock_stat(&mut con, "expirations") == 1
+    });
+    assert_eq!(owners(&mut con, "copy"), ["keeper"]);
+}
+
+#[test]
+fn lapses_are_removed_on_time_after_debug_reload_and_swapdb() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire_with(&mut con, "doc", "keeper", 600_000, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    acquire_with(&mut con, "doc", "short", lapse_ms(), &["SHARED"])
+        .unwrap()
+        .unwrap();
+    let _: () = query(&mut con, &["DEBUG", "RELOAD"]).unwrap();
+    // The scan after the reload has long ended when the swap comes.
+    thread::sleep(Duration::from_millis(500));
+    acquire_with(&mut con, "moved", "keeper", 600_000, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    acquire_with(&mut con, "moved", "short", lapse_ms(), &["SHARED"])
+        .unwrap()
+        .unwrap();
+    let _: () = query(&mut con, &["SWAPDB", "0", "1"]).unwrap();
+    wait_until(Duration::from_millis(lapse_ms() as u64 * 2 + 5_000), || {
+        lock_stat(&mut con, "expirations") == 2
+    });
+    let _: () = query(&mut con, &["SELECT", "1"]).unwrap();
+    assert_eq!(owners(&mut con, "doc"), ["keeper"]);
+    assert_eq!(owners(&mut con, "moved"), ["keeper"]);
+}

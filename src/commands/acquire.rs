@@ -80,7 +80,7 @@ fn acquire(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
                         Wait::Forever => None,
                         Wait::Millis(ms) => Some(ms),
                     };
-                    let expiry = open.expires_at();
+                    let deadlines = blocking::Deadlines::of(&open);
                     drop(open);
                     let waiting = blocking::Request {
                         owner: request.owner,
@@ -88,7 +88,7 @@ fn acquire(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
                         kind: request.kind,
                         timeout_ms,
                     };
-                    Ok(blocking::enqueue(ctx, key_bytes, waiting, expiry))
+                    Ok(blocking::enqueue(ctx, key_bytes, waiting, deadlines))
                 }
                 _ => Ok(Reply::Null),
             }

@@ -54,6 +54,15 @@ impl ModuleIo {
         call!(RedisModule_IsIOError(self.0) else 1) != 0
     }
 
+    /// The database and name of the key whose value is being loaded, when Redis says
+    /// (a value loaded from an RDB or a `RESTORE` payload).
+    pub fn key(&self) -> Option<(i32, Vec<u8>)> {
+        let name = call!(RedisModule_GetKeyNameFromIO(self.0) else ptr::null());
+        let name = super::RString::from_ptr(name.cast_mut())?;
+        let db = call!(RedisModule_GetDbIdFromIO(self.0) else -1);
+        (db >= 0).then(|| (db, name.as_bytes().to_vec()))
+    }
+
     /// The next unsigned integer; `None` if the stream failed.
     pub fn load_unsigned(&self) -> Option<u64> {
         let n = call!(RedisModule_LoadUnsigned(self.0) else 0);

@@ -64,6 +64,7 @@ pub fn load(ctx: &redis_module::Context, args: &[&[u8]]) -> Result<(), String> {
         && ctx.subscribe_keyspace(events, Some(keyspace_event))
         && ctx.subscribe_server_event(raw::REDISMODULE_EVENT_FLUSHDB, Some(flushed))
         && ctx.subscribe_server_event(raw::REDISMODULE_EVENT_SWAPDB, Some(swapped))
+        && ctx.subscribe_server_event(raw::REDISMODULE_EVENT_LOADING, Some(loading))
         && ctx.subscribe_server_event(raw::REDISMODULE_EVENT_CONFIG, Some(config_changed))
         && super::role::subscribe(ctx);
     if !registered {
@@ -233,6 +234,11 @@ extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_voi
         // SAFETY: the stream Redis passed to this callback.
         let io = unsafe { ModuleIo::from_raw(io) };
         keyspace::load(&io, encver).map_or(ptr::null_mut(), |lock| {
+            if lock.next_lapse().is_some() {
+                if let Some((db, key)) = io.key() {
+                    blocking::loaded(db, key);
+                }
+            }
             Box::into_raw(Box::new(lock)).cast::<c_void>()
         })
     })
@@ -456,7 +462,7 @@ extern "C" fn flushed(
 }
 
 extern "C" fn swapped(
-    _ctx: *mut raw::RedisModuleCtx,
+    ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
     _subevent: u64,
     data: *mut c_void,
@@ -466,9 +472,36 @@ extern "C" fn swapped(
         return;
     };
     let (first, second) = (info.dbnum_first, info.dbnum_second);
+    // SAFETY: the context Redis passed to this callback, used during it.
+    let ctx = unsafe { Ctx::from_raw(ctx) };
     guarded((), || {
         blocking::flushed(Some(first));
         blocking::flushed(Some(second));
+        // The lapse timers watch keys by database: the swapped ones look anew.
+        if !ctx.is_replica() {
+            blocking::rescan(ctx);
+        }
+    });
+}
+
+/// The end of loading the RDB or AOF (at start or `DEBUG RELOAD`; a replica's full
+/// synchronisation too, which leaves lapses to its master): watch the lapses of
+/// the loaded locks.
+extern "C" fn loading(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    if subevent != raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
+        return;
+    }
+    // SAFETY: the context Redis passed to this callback, used during it.
+    let ctx = unsafe { Ctx::from_raw(ctx) };
+    guarded((), || {
+        if !ctx.is_replica() {
+            blocking::rescan(ctx);
+        }
     });
 }
 

@@ -178,6 +178,12 @@ fn look_up(key: *mut raw::RedisModuleKey) -> Result<*mut c_void, ()> {
     Ok(call!(RedisModule_ModuleTypeGetValue(key) else std::ptr::null_mut()))
 }
 
+/// The lock at a key Redis opened for a callback (a scan's), for the length of the
+/// callback; `None` for an empty key or one of another type.
+pub(super) fn lock_of<'a>(key: *mut raw::RedisModuleKey) -> Option<&'a Lock> {
+    look_up(key).ok().and_then(unsafe_lock_ref)
+}
+
 /// The lock a value pointer of our type points to.
 fn unsafe_lock_ref<'a>(value: *mut c_void) -> Option<&'a Lock> {
     // SAFETY: a value of our type is always a `Box<Lock>` stored by `set_lock` or by

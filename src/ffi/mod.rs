@@ -13,6 +13,7 @@ pub mod entry;
 pub mod key;
 pub mod query;
 pub mod role;
+pub mod scan;
 
 use std::ffi::{c_int, CStr, CString};
 use std::marker::PhantomData;
@@ -105,6 +106,11 @@ pub fn missing_required_apis() -> Vec<&'static str> {
         RedisModule_FreeString,
         RedisModule_GetKeyNameFromOptCtx,
         RedisModule_GetDbIdFromOptCtx,
+        RedisModule_GetKeyNameFromIO,
+        RedisModule_GetDbIdFromIO,
+        RedisModule_ScanCursorCreate,
+        RedisModule_ScanCursorDestroy,
+        RedisModule_Scan,
         RedisModule_GetDetachedThreadSafeContext,
         RedisModule_CreateStringFromLongLong,
         RedisModule_NotifyKeyspaceEvent,
@@ -238,6 +244,13 @@ impl<'a> Ctx<'a> {
     pub fn is_replica(self) -> bool {
         let flags = call!(RedisModule_GetContextFlags(self.0) else 0) as u32;
         flags & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0
+    }
+
+    /// True while the server loads its RDB or AOF (at start, `DEBUG RELOAD`, or a
+    /// replica's full synchronisation).
+    pub fn is_loading(self) -> bool {
+        let flags = call!(RedisModule_GetContextFlags(self.0) else 0) as u32;
+        flags & raw::REDISMODULE_CTX_FLAGS_LOADING != 0
     }
 
     /// True when memory is over `maxmemory` now, so that Redis would refuse a

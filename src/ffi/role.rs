@@ -22,10 +22,14 @@ extern "C" fn role_changed(
     if subevent != raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
         return;
     }
+    // SAFETY: the context Redis passed to this callback, used during it.
+    let ctx = unsafe { Ctx::from_raw(ctx) };
     guarded((), || {
+        // Its master judged the lapses of shared holdings until now: this node does.
+        crate::blocking::rescan(ctx);
         let digit = MINT.promote();
         raw::redis_log(
-            ctx,
+            ctx.raw(),
             &format!("lock module: now a master; its fencing tokens end in the digit {digit}"),
         );
     });
