@@ -16,7 +16,7 @@
 //!   Holdings the server did not grant itself get their timers too: those of a value
 //!   `RESTORE`d (marked from the RDB loader), and, after the server loaded its RDB or
 //!   AOF or became a master, those of every lock, found by a scan of the keyspace a
-//!   few hundred keys per timer tick (`TimerJob::Rescan`).
+//!   few hundred keys per timer tick (`crate::rescan`).
 //! - DEL, UNLINK, RENAME, MOVE, eviction, FLUSHDB/FLUSHALL: Redis tells the module
 //!   from inside its deletion, where writing is not allowed, so the key is marked and
 //!   a zero-delay timer hands off.
@@ -51,7 +51,6 @@ use crate::commands::{Reply, OOM, WRONGTYPE};
 use crate::ffi::block::Blocked;
 use crate::ffi::entry;
 use crate::ffi::key::OpenKey;
-use crate::ffi::scan::KeyScan;
 use crate::ffi::{Arg, Ctx, RString};
 use crate::propagate;
 use crate::state::{MINT, STATS};
@@ -81,7 +80,7 @@ pub enum TimerJob {
     Undelivered { db: i32, key: Box<[u8]>, token: i64 },
     /// Waiters' deadlines may have passed.
     Timeouts,
-    /// Scan on for locks whose holdings lapse (after a load or a promotion).
+    /// Scan on for locks whose holdings lapse (`crate::rescan`).
     Rescan,
 }
 
@@ -96,12 +95,6 @@ enum Mark {
     Loaded,
 }
 
-/// Where the scan for lapsing holdings is (`TimerJob::Rescan`).
-struct Rescan {
-    db: i32,
-    scan: KeyScan,
-}
-
 #[derive(Default)]
 struct Waiting {
     queues: Queues<Blocked>,
@@ -114,8 +107,6 @@ struct Waiting {
     timeout_timer: Option<Armed>,
     /// The timer of each watched key (waiters, or shared holdings that lapse).
     key_timers: HashMap<(i32, Box<[u8]>), Armed>,
-    /// The scan for lapsing holdings, while one runs.
-    rescan: Option<Rescan>,
 }
 
 thread_local! {
@@ -483,8 +474,8 @@ pub fn timer_fired(ctx: Ctx, job: TimerJob) {
         with(|w| {
             w.marked.clear();
             w.key_timers.clear();
-            w.rescan = None;
         });
+        crate::rescan::stop();
         return;
     }
     match job {
@@ -521,57 +512,8 @@ pub fn timer_fired(ctx: Ctx, job: TimerJob) {
                 }
             }
         }
-        TimerJob::Rescan => rescan_step(ctx),
+        TimerJob::Rescan => crate::rescan::step(ctx),
         TimerJob::Timeouts => {}
-    }
-}
-
-/// Keys the scan for lapsing holdings visits per timer tick.
-const RESCAN_KEYS_PER_STEP: usize = 500;
-
-/// Starts a scan of every database for locks whose holdings lapse, to watch them:
-/// after the server loaded its RDB or AOF, or became a master, it holds locks whose
-/// lapses no timer of this server watches (a replica leaves them to its master).
-/// A scan already running starts over.
-pub fn rescan(ctx: Ctx) {
-    let Some(scan) = KeyScan::new() else {
-        return;
-    };
-    let running = with(|w| w.rescan.replace(Rescan { db: 0, scan }).is_some());
-    if running == Some(false) {
-        entry::start_timer(ctx, 0, TimerJob::Rescan);
-    }
-}
-
-/// One tick of the scan: watches the lapses of the locks it meets, then goes on from
-/// the next tick (or the next database) until the last database ends.
-fn rescan_step(ctx: Ctx) {
-    let Some(Some(mut at)) = with(|w| w.rescan.take()) else {
-        return;
-    };
-    if !ctx.select_db(at.db) {
-        return; // past the last database: done
-    }
-    let mut lapsing = Vec::new();
-    let step = at.scan.step(ctx, RESCAN_KEYS_PER_STEP, &mut |key, lock| {
-        if let Some(lapse) = lock.next_lapse() {
-            lapsing.push((Box::<[u8]>::from(key), lapse));
-        }
-    });
-    for (key, lapse) in lapsing {
-        watch_lapse(ctx, at.db, &key, Some(lapse));
-    }
-    if !step.more {
-        let Some(scan) = KeyScan::new() else {
-            return;
-        };
-        at = Rescan {
-            db: at.db.saturating_add(1),
-            scan,
-        };
-    }
-    if with(|w| w.rescan = Some(at)).is_some() {
-        entry::start_timer(ctx, 0, TimerJob::Rescan);
     }
 }
 

@@ -17,6 +17,7 @@ pub mod keyspace;
 pub mod observe;
 pub mod propagate;
 pub mod removals;
+pub mod rescan;
 pub mod state;
 
 use redis_module::{configuration::ConfigurationFlags, redis_module, Context, RedisString, Status};

@@ -479,7 +479,7 @@ extern "C" fn swapped(
         blocking::flushed(Some(second));
         // The lapse timers watch keys by database: the swapped ones look anew.
         if !ctx.is_replica() {
-            blocking::rescan(ctx);
+            crate::rescan::start(ctx);
         }
     });
 }
@@ -500,7 +500,7 @@ extern "C" fn loading(
     let ctx = unsafe { Ctx::from_raw(ctx) };
     guarded((), || {
         if !ctx.is_replica() {
-            blocking::rescan(ctx);
+            crate::rescan::start(ctx);
         }
     });
 }

@@ -26,7 +26,7 @@ extern "C" fn role_changed(
     let ctx = unsafe { Ctx::from_raw(ctx) };
     guarded((), || {
         // Its master judged the lapses of shared holdings until now: this node does.
-        crate::blocking::rescan(ctx);
+        crate::rescan::start(ctx);
         let digit = MINT.promote();
         raw::redis_log(
             ctx.raw(),
