@@ -417,17 +417,28 @@ fn lapse_ms() -> i64 {
     }
 }
 
+/// Two holdings of `key`: "keeper" for ten minutes, "short" for `lapse_ms()`.
+fn keeper_and_short(con: &mut Connection, key: &str, options: &[&str]) {
+    for (owner, ttl) in [("keeper", 600_000), ("short", lapse_ms())] {
+        acquire_with(con, key, owner, ttl, options)
+            .unwrap()
+            .unwrap();
+    }
+}
+
+/// Waits until `n` holdings have lapsed, the short one's time and some more.
+fn wait_for_lapses(con: &mut Connection, n: i64) {
+    wait_until(Duration::from_millis(lapse_ms() as u64 * 2 + 5_000), || {
+        lock_stat(con, "expirations") == n
+    });
+}
+
 #[test]
 fn after_an_aof_restart_a_lapse_frees_its_permit_for_a_waiter_untouched() {
     let mut server = Server::with(Config::default().aof());
     let mut con = server.connection();
     let permits = ["LIMIT", "2"];
-    acquire_with(&mut con, "exports", "keeper", 600_000, &permits)
-        .unwrap()
-        .unwrap();
-    acquire_with(&mut con, "exports", "short", lapse_ms(), &permits)
-        .unwrap()
-        .unwrap();
+    keeper_and_short(&mut con, "exports", &permits);
     server.kill();
     server.restart();
     let mut con = server.connection();
@@ -445,18 +456,11 @@ fn after_an_aof_restart_a_lapse_frees_its_permit_for_a_waiter_untouched() {
 fn after_a_restart_nobody_touching_the_key_a_lapse_is_removed_on_time() {
     let mut server = Server::with(Config::default().aof());
     let mut con = server.connection();
-    acquire_with(&mut con, "doc", "keeper", 600_000, &["SHARED"])
-        .unwrap()
-        .unwrap();
-    acquire_with(&mut con, "doc", "short", lapse_ms(), &["SHARED"])
-        .unwrap()
-        .unwrap();
+    keeper_and_short(&mut con, "doc", &["SHARED"]);
     server.kill();
     server.restart();
     let mut con = server.connection();
-    wait_until(Duration::from_millis(lapse_ms() as u64 + 5_000), || {
-        lock_stat(&mut con, "expirations") == 1
-    });
+    wait_for_lapses(&mut con, 1);
     assert_eq!(owners(&mut con, "doc"), ["keeper"]);
 }
 
@@ -466,12 +470,7 @@ fn a_promoted_replica_removes_the_lapses_its_master_never_sent() {
     let replica = Server::start();
     replica.replicate_from(&master);
     let mut m = master.connection();
-    acquire_with(&mut m, "doc", "keeper", 600_000, &["SHARED"])
-        .unwrap()
-        .unwrap();
-    acquire_with(&mut m, "doc", "short", lapse_ms(), &["SHARED"])
-        .unwrap()
-        .unwrap();
+    keeper_and_short(&mut m, "doc", &["SHARED"]);
     let _: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut m).unwrap();
     master.kill();
     let mut r = replica.connection();
@@ -480,9 +479,7 @@ fn a_promoted_replica_removes_the_lapses_its_master_never_sent() {
         .arg("ONE")
         .query(&mut r)
         .unwrap();
-    wait_until(Duration::from_millis(lapse_ms() as u64 + 5_000), || {
-        lock_stat(&mut r, "expirations") == 1
-    });
+    wait_for_lapses(&mut r, 1);
     assert_eq!(owners(&mut r, "doc"), ["keeper"]);
 }
 
@@ -490,12 +487,7 @@ fn a_promoted_replica_removes_the_lapses_its_master_never_sent() {
 fn a_restored_lock_removes_its_lapses_on_time() {
     let server = Server::start();
     let mut con = server.connection();
-    acquire_with(&mut con, "doc", "keeper", 600_000, &["SHARED"])
-        .unwrap()
-        .unwrap();
-    acquire_with(&mut con, "doc", "short", lapse_ms(), &["SHARED"])
-        .unwrap()
-        .unwrap();
+    keeper_and_short(&mut con, "doc", &["SHARED"]);
     let payload: Vec<u8> = query(&mut con, &["DUMP", "doc"]).unwrap();
     let _: i64 = query(&mut con, &["DEL", "doc"]).unwrap();
     let _: () = redis::cmd("RESTORE")
@@ -504,9 +496,7 @@ fn a_restored_lock_removes_its_lapses_on_time() {
         .arg(payload)
         .query(&mut con)
         .unwrap_or_else(|e: redis::RedisError| panic!("{e}"));
-    wait_until(Duration::from_millis(lapse_ms() as u64 + 5_000), || {
-        lock_stat(&mut con, "expirations") == 1
-    });
+    wait_for_lapses(&mut con, 1);
     assert_eq!(owners(&mut con, "copy"), ["keeper"]);
 }
 
@@ -514,25 +504,13 @@ fn a_restored_lock_removes_its_lapses_on_time() {
 fn lapses_are_removed_on_time_after_debug_reload_and_swapdb() {
     let server = Server::start();
     let mut con = server.connection();
-    acquire_with(&mut con, "doc", "keeper", 600_000, &["SHARED"])
-        .unwrap()
-        .unwrap();
-    acquire_with(&mut con, "doc", "short", lapse_ms(), &["SHARED"])
-        .unwrap()
-        .unwrap();
+    keeper_and_short(&mut con, "doc", &["SHARED"]);
     let _: () = query(&mut con, &["DEBUG", "RELOAD"]).unwrap();
     // The scan after the reload has long ended when the swap comes.
     thread::sleep(Duration::from_millis(500));
-    acquire_with(&mut con, "moved", "keeper", 600_000, &["SHARED"])
-        .unwrap()
-        .unwrap();
-    acquire_with(&mut con, "moved", "short", lapse_ms(), &["SHARED"])
-        .unwrap()
-        .unwrap();
+    keeper_and_short(&mut con, "moved", &["SHARED"]);
     let _: () = query(&mut con, &["SWAPDB", "0", "1"]).unwrap();
-    wait_until(Duration::from_millis(lapse_ms() as u64 * 2 + 5_000), || {
-        lock_stat(&mut con, "expirations") == 2
-    });
+    wait_for_lapses(&mut con, 2);
     let _: () = query(&mut con, &["SELECT", "1"]).unwrap();
     assert_eq!(owners(&mut con, "doc"), ["keeper"]);
     assert_eq!(owners(&mut con, "moved"), ["keeper"]);
