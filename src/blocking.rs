@@ -227,7 +227,8 @@ pub fn settle(ctx: Ctx, open: &mut OpenKey, key: Arg<'_>) {
 /// When the earliest shared holding of the open key lapses before the others: the
 /// key timer must then look.
 pub fn next_lapse(open: &OpenKey) -> Option<i64> {
-    open.lock().and_then(Lock::next_lapse)
+    open.lock()
+        .and_then(|lock| lock.next_lapse_held(open.expires_at()))
 }
 
 /// Hands the lock at `key` to as many of its waiters as fit, in order; returns true
@@ -257,9 +258,11 @@ fn hand_off_refusing(ctx: Ctx, db: i32, key: &[u8], refusal: Option<Refusal>) ->
         refusal.or_else(|| out_of_memory_for(ctx, &open, db, key))
     };
     let now = ctx.now_ms();
-    let lock = open.lock();
-    let step = with(|w| plan_hand_off(&mut w.queues, db, key, lock, refusal, now, &MINT))
-        .unwrap_or_default();
+    let lock = store::held(&open);
+    let step =
+        with(|w| plan_hand_off(&mut w.queues, db, key, lock.as_deref(), refusal, now, &MINT))
+            .unwrap_or_default();
+    drop(lock);
     if store::apply_hand_off(&mut open, &step, now).is_err() {
         drop(open);
         refuse_grants(step, "ERR could not store the lock");
@@ -285,7 +288,7 @@ fn out_of_memory_for(ctx: Ctx, open: &OpenKey, db: i32, key: &[u8]) -> Option<Re
     let head_fits = with(|w| {
         w.queues
             .front(db, key)
-            .is_some_and(|front| fits(open.lock(), front.kind, now))
+            .is_some_and(|front| fits(store::held(open).as_deref(), front.kind, now))
     });
     head_fits.unwrap_or(false).then_some(Refusal::OutOfMemory)
 }

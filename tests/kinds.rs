@@ -515,3 +515,118 @@ fn lapses_are_removed_on_time_after_debug_reload_and_swapdb() {
     assert_eq!(owners(&mut con, "doc"), ["keeper"]);
     assert_eq!(owners(&mut con, "moved"), ["keeper"]);
 }
+
+/// Every holding's TTL as `LOCK.INFO` tells it.
+fn ttls(con: &mut Connection, key: &str) -> Vec<i64> {
+    lock_info(con, key).map_or_else(Vec::new, |info| {
+        info.holders.iter().map(|h| h.ttl).collect()
+    })
+}
+
+#[test]
+fn a_pexpire_on_a_shared_lock_is_every_holdings_expiry_on_master_replica_and_aof() {
+    let master = Server::with(Config::default().aof().set("aof-use-rdb-preamble", "no"));
+    let replica = Server::start();
+    replica.replicate_from(&master);
+    let (mut m, mut r) = (master.connection(), replica.connection());
+    acquire_with(&mut m, "doc", "r1", 500, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    acquire_with(&mut m, "doc", "r2", 100_000, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    let _: i64 = query(&mut m, &["PEXPIRE", "doc", "1500"]).unwrap();
+    assert!(ttls(&mut m, "doc")
+        .iter()
+        .all(|ttl| (1..=1_500).contains(ttl)));
+    // A reader that joins now keeps its own TTL.
+    acquire_with(&mut m, "doc", "r3", 300, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    let writer = waiter(&master, "doc", "w", 10_000, &[], 20_000);
+    wait_for_waiters(&mut m, "doc", 1);
+    let asked = Instant::now();
+    // r1's own 500 ms pass: it still holds, as the key says; only r3 lapses.
+    thread::sleep(Duration::from_millis(800));
+    assert_eq!(owners(&mut m, "doc"), ["r1", "r2"]);
+    assert_eq!(lock_stat(&mut m, "expirations"), 1);
+    // A write stores what held: r2 releases, r1 holds on to the key's 1500 ms.
+    assert_eq!(release(&mut m, "doc", "r2"), 1);
+    assert_eq!(owners(&mut m, "doc"), ["r1"]);
+    assert!(pttl(&mut m, "doc") > 0);
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut m).unwrap();
+    let digest = |con: &mut Connection| -> String {
+        query(con, &["DEBUG", "DIGEST-VALUE", "doc"])
+            .map(|v: Vec<String>| v.concat())
+            .unwrap()
+    };
+    assert_eq!(
+        digest(&mut r),
+        digest(&mut m),
+        "the replica stored what held"
+    );
+    // The writer gets the lock when the key's expiry passes, not r2's 100 s.
+    assert!(writer.join().unwrap().unwrap().is_some());
+    let waited = asked.elapsed();
+    assert!(waited < Duration::from_millis(5_000), "waited {waited:?}");
+    assert_eq!(owners(&mut m, "doc"), ["w"]);
+}
+
+#[test]
+fn a_persisted_shared_lock_holds_until_released_also_after_a_rewrite_and_a_reload() {
+    let mut server = Server::with(Config::default().aof().set("aof-use-rdb-preamble", "no"));
+    let mut con = server.connection();
+    acquire_with(&mut con, "doc", "r1", 300, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    let _: i64 = query(&mut con, &["PERSIST", "doc"]).unwrap();
+    // Another, never written again: its holding keeps the expiry it was taken with.
+    acquire_with(&mut con, "untouched", "r1", 300, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    let _: i64 = query(&mut con, &["PERSIST", "untouched"]).unwrap();
+    thread::sleep(Duration::from_millis(500));
+    assert_eq!(ttls(&mut con, "doc"), [-1], "held, with no TTL");
+    assert_eq!(acquire(&mut con, "doc", "w", 1_000), None);
+    // A second reader takes a TTL of its own; the first keeps none.
+    acquire_with(&mut con, "doc", "r2", 200, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    assert_eq!(pttl(&mut con, "doc"), -1);
+    wait_until(Duration::from_secs(5), || {
+        lock_stat(&mut con, "expirations") == 1
+    });
+    assert_eq!(owners(&mut con, "doc"), ["r1"]);
+    let _: () = query(&mut con, &["BGREWRITEAOF"]).unwrap();
+    wait_until(Duration::from_secs(10), || {
+        info_field(&mut con, "persistence", "aof_rewrite_in_progress").as_deref() == Some("0")
+            && info_field(&mut con, "persistence", "aof_rewrite_scheduled").as_deref() == Some("0")
+    });
+    server.kill();
+    server.restart();
+    let mut con = server.connection();
+    thread::sleep(Duration::from_millis(200));
+    for key in ["doc", "untouched"] {
+        assert_eq!(ttls(&mut con, key), [-1], "{key} after the rewritten AOF");
+    }
+    let _: Value = query(&mut con, &["DEBUG", "RELOAD"]).unwrap();
+    for key in ["doc", "untouched"] {
+        assert_eq!(ttls(&mut con, key), [-1], "{key} after the RDB");
+    }
+    let _: i64 = query(&mut con, &["DEL", "untouched"]).unwrap();
+    // PEXPIRE gives it an end again, and RESTORE a TTL of its own.
+    let _: i64 = query(&mut con, &["PEXPIRE", "doc", "400"]).unwrap();
+    let payload: Vec<u8> = query(&mut con, &["DUMP", "doc"]).unwrap();
+    let _: () = redis::cmd("RESTORE")
+        .arg("copy")
+        .arg(60_000)
+        .arg(payload)
+        .query(&mut con)
+        .unwrap_or_else(|e: redis::RedisError| panic!("{e}"));
+    wait_until(Duration::from_secs(5), || dbsize(&mut con) == 1);
+    assert!(ttls(&mut con, "copy")
+        .iter()
+        .all(|ttl| (50_000..=60_000).contains(ttl)));
+    assert_eq!(release(&mut con, "copy", "r1"), 1);
+    assert_eq!(dbsize(&mut con), 0);
+}

@@ -152,6 +152,12 @@ fn parse_positive(arg: &[u8]) -> Option<i64> {
     parse_i64(arg).filter(|&n| n > 0)
 }
 
+/// A well-formed positive integer too large for `i64`: out of range, not malformed.
+fn is_past_i64(arg: &[u8]) -> bool {
+    matches!(arg, [b'1'..=b'9', rest @ ..] if rest.iter().all(u8::is_ascii_digit))
+        && parse_i64(arg).is_none()
+}
+
 /// An owner id: any non-empty bytes. `lock.max-owner-len` bounds only owners of new
 /// holdings (`lock::plan_acquire`): a holder can always release, extend and refresh
 /// what it holds, also after the setting was lowered.
@@ -163,7 +169,13 @@ pub fn parse_owner(arg: &[u8]) -> Result<&[u8], ArgError> {
 }
 
 pub fn parse_ttl(arg: &[u8], limits: &Limits) -> Result<i64, ArgError> {
-    let ttl = parse_positive(arg).ok_or(ArgError::BadTtl)?;
+    let Some(ttl) = parse_positive(arg) else {
+        return Err(if is_past_i64(arg) {
+            ArgError::OutOfRange("ttl")
+        } else {
+            ArgError::BadTtl
+        });
+    };
     if limits.max_ttl > 0 && ttl > limits.max_ttl {
         return Err(ArgError::TtlOverMax {
             ttl,
@@ -181,6 +193,7 @@ fn parse_timeout(arg: &[u8]) -> Result<Wait, ArgError> {
         Some(0) => Ok(Wait::Forever),
         Some(ms) if ms > MAX_DURATION_MS => Err(ArgError::OutOfRange("timeout")),
         Some(ms) if ms > 0 => Ok(Wait::Millis(ms)),
+        None if is_past_i64(arg) => Err(ArgError::OutOfRange("timeout")),
         _ => Err(ArgError::BadTimeout),
     }
 }
@@ -435,7 +448,10 @@ mod tests {
             (&[b"me", b"0"], ArgError::BadTtl),
             (&[b"me", b"-5"], ArgError::BadTtl),
             (&[b"me", b"ten"], ArgError::BadTtl),
-            (&[b"me", b"99999999999999999999"], ArgError::BadTtl),
+            (
+                &[b"me", b"99999999999999999999"],
+                ArgError::OutOfRange("ttl"),
+            ),
             (&[b"me", b"1", b"WAIT"], ArgError::MissingValue("WAIT")),
             (&[b"me", b"1", b"WAIT", b"-1"], ArgError::BadTimeout),
             (
@@ -480,6 +496,22 @@ mod tests {
         assert_eq!(
             parse_ttl(b"9223372036854775807", &LIMITS),
             Err(ArgError::OutOfRange("ttl"))
+        );
+        // Past i64 too: out of range, not malformed; a negative one is not positive.
+        for huge in [&b"9223372036854775808"[..], b"99999999999999999999999"] {
+            assert_eq!(parse_ttl(huge, &LIMITS), Err(ArgError::OutOfRange("ttl")));
+            assert_eq!(
+                parse_acquire(&[b"me", b"1", b"WAIT", huge], &LIMITS),
+                Err(ArgError::OutOfRange("timeout"))
+            );
+        }
+        assert_eq!(
+            parse_ttl(b"-9223372036854775809", &LIMITS),
+            Err(ArgError::BadTtl)
+        );
+        assert_eq!(
+            parse_ttl(b"09223372036854775808", &LIMITS),
+            Err(ArgError::BadTtl)
         );
         assert_eq!(
             parse_acquire(&[b"me", b"1", b"WAIT", max.as_bytes()], &LIMITS).map(|a| a.wait),

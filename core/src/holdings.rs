@@ -4,7 +4,11 @@
 //! token and owner in 48 bytes (one allocation in jemalloc's 48-byte class), and its
 //! expiry is the key's own Redis expiry, not stored again here. Shared holdings each
 //! keep their own absolute expiry; the key's expiry is the latest of them, so the key
-//! lives while any holding does.
+//! lives while any holding does. A key command may set the key's expiry by hand
+//! (`PEXPIRE`, `PERSIST`, `RESTORE` with a TTL); it is then the lock's, and every
+//! holding holds until it, as an exclusive one does ([`Lock::as_held`]).
+
+use std::borrow::Cow;
 
 use crate::owner::Owner;
 
@@ -72,6 +76,10 @@ pub struct Holder<'a> {
     pub expires_at: Option<i64>,
 }
 
+/// A shared holding's expiry when its key has none (`PERSIST`, `RESTORE key 0`): it
+/// holds until released, as an exclusive lock without TTL does.
+pub const NO_EXPIRY: i64 = i64::MAX;
+
 /// True while a holding expiring at `expires_at` still holds at `now_ms`. As Redis
 /// treats a key: it lapses only once its time is strictly past.
 pub fn holds_at(expires_at: i64, now_ms: i64) -> bool {
@@ -121,8 +129,53 @@ impl Lock {
         exclusive.into_iter().chain(shared.iter().map(|h| Holder {
             owner: h.owner.as_bytes(),
             token: h.token,
-            expires_at: Some(h.expires_at),
+            expires_at: (h.expires_at != NO_EXPIRY).then_some(h.expires_at),
         }))
+    }
+
+    /// The expiry a key command set on a shared lock's key by hand (`PEXPIRE`,
+    /// `PERSIST`, `RESTORE` with a TTL), when it is not the one its holdings give it
+    /// (their last): every holding then holds until it ([`NO_EXPIRY`] for none), as
+    /// an exclusive holding does. `None` when they agree, and for an exclusive lock,
+    /// whose expiry is always the key's.
+    pub fn expiry_set_by_hand(&self, key_expires_at: Option<i64>) -> Option<i64> {
+        let Lock::Shared(holdings) = self else {
+            return None;
+        };
+        let key = key_expires_at.unwrap_or(NO_EXPIRY);
+        let last = holdings.iter().map(|h| h.expires_at).max()?;
+        (key != last).then_some(key)
+    }
+
+    /// The lock as it holds at a key expiring at `key_expires_at`: with an expiry set
+    /// by hand (see [`Lock::expiry_set_by_hand`]), every holding's. A copy only then.
+    pub fn as_held(&self, key_expires_at: Option<i64>) -> Cow<'_, Lock> {
+        match self.expiry_set_by_hand(key_expires_at) {
+            None => Cow::Borrowed(self),
+            Some(at) => {
+                let mut held = self.clone();
+                held.set_every_expiry(at);
+                Cow::Owned(held)
+            }
+        }
+    }
+
+    /// Gives every holding the expiry set on the key by hand, for good (before a
+    /// write, so that the stored holdings are those that held); true if any moved.
+    pub fn follow_key_expiry(&mut self, key_expires_at: Option<i64>) -> bool {
+        let by_hand = self.expiry_set_by_hand(key_expires_at);
+        if let Some(at) = by_hand {
+            self.set_every_expiry(at);
+        }
+        by_hand.is_some()
+    }
+
+    fn set_every_expiry(&mut self, at: i64) {
+        if let Lock::Shared(holdings) = self {
+            for holding in holdings {
+                holding.expires_at = at;
+            }
+        }
     }
 
     /// The holdings that still hold at `now_ms` (shared holdings whose expiry passed
@@ -132,7 +185,14 @@ impl Lock {
         key_expires_at: Option<i64>,
         now_ms: i64,
     ) -> impl Iterator<Item = Holder<'_>> + '_ {
+        let by_hand = self
+            .expiry_set_by_hand(key_expires_at)
+            .map(|at| (at != NO_EXPIRY).then_some(at));
         self.holders(key_expires_at)
+            .map(move |h| match by_hand {
+                Some(expires_at) => Holder { expires_at, ..h },
+                None => h,
+            })
             .filter(move |h| h.expires_at.is_none_or(|at| holds_at(at, now_ms)))
     }
 
@@ -175,8 +235,8 @@ impl Lock {
         self.len() == 0
     }
 
-    /// The key's expiry for these holdings: the latest shared one, or (exclusive)
-    /// the key's own.
+    /// The key's expiry for these holdings: the latest shared one ([`NO_EXPIRY`]
+    /// for none), or (exclusive) the key's own.
     pub fn key_expiry(&self, key_expires_at: Option<i64>) -> Option<i64> {
         match self {
             Lock::Exclusive { .. } => key_expires_at,
@@ -194,6 +254,15 @@ impl Lock {
                 let last = holdings.iter().map(|h| h.expires_at).max()?;
                 (first < last).then_some(first)
             }
+        }
+    }
+
+    /// [`Lock::next_lapse`] at a key expiring at `key_expires_at`: none with an
+    /// expiry set by hand, when every holding ends with the key.
+    pub fn next_lapse_held(&self, key_expires_at: Option<i64>) -> Option<i64> {
+        match self.expiry_set_by_hand(key_expires_at) {
+            Some(_) => None,
+            None => self.next_lapse(),
         }
     }
 
@@ -308,7 +377,7 @@ mod tests {
         lock.add_shared(b"c", 3, 200);
         assert_eq!(lock.key_expiry(None), Some(300));
         assert_eq!(lock.next_lapse(), Some(100));
-        assert_eq!(lock.live_holders(None, 150).count(), 2);
+        assert_eq!(lock.live_holders(Some(300), 150).count(), 2);
         assert_eq!(lock.remove_lapsed(150), [(b"b"[..].into(), 2)]);
         assert_eq!(lock.next_lapse(), Some(200));
         assert!(lock.set_shared_expiry(b"c", 300));

@@ -89,7 +89,12 @@ fn live_count(current: Option<&Lock>, now_ms: i64) -> usize {
 
 /// The key's expiry once `owner`'s shared holding expires at `expires_at` (a new one
 /// or a refreshed one), among the live holdings of `current`.
-fn shared_key_expiry(current: Option<&Lock>, owner: &[u8], expires_at: i64, now_ms: i64) -> i64 {
+pub(crate) fn shared_key_expiry(
+    current: Option<&Lock>,
+    owner: &[u8],
+    expires_at: i64,
+    now_ms: i64,
+) -> i64 {
     match current {
         Some(Lock::Shared(holdings)) => holdings
             .iter()

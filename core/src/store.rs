@@ -3,12 +3,14 @@
 //! `handoff`, changes the key through the store, and says what it did, which the
 //! module then tells replicas, the AOF, keyspace-event subscribers and `INFO`.
 
+use std::borrow::Cow;
+
 use crate::handoff::{plan_hand_off, HandOff, Refusal};
-use crate::holdings::{holds_at, Kind, Lock, Mode};
+use crate::holdings::{holds_at, Kind, Lock, Mode, NO_EXPIRY};
 use crate::queue::Queues;
 use crate::rules::{
-    plan_acquire, plan_extend, plan_release, Acquire, AcquirePlan, ExtendPlan, LockError,
-    ReleasePlan,
+    plan_acquire, plan_extend, plan_release, shared_key_expiry, Acquire, AcquirePlan, ExtendPlan,
+    LockError, ReleasePlan,
 };
 use crate::token::TokenMint;
 
@@ -23,7 +25,30 @@ pub trait Store {
     fn delete(&mut self) -> bool;
     /// The key's expiry (Unix ms), `None` when it has none.
     fn key_expiry(&self) -> Option<i64>;
+    /// Sets the key's expiry; [`NO_EXPIRY`] removes it.
     fn set_key_expiry(&mut self, at: i64) -> bool;
+}
+
+/// The lock at the key as it holds: a shared lock whose key expiry was set by hand
+/// holds every holding until it (see [`Lock::as_held`]). Every rule plans on this.
+pub fn held(store: &impl Store) -> Option<Cow<'_, Lock>> {
+    match store.lock()? {
+        lock @ Lock::Shared(_) => Some(lock.as_held(store.key_expiry())),
+        lock => Some(Cow::Borrowed(lock)),
+    }
+}
+
+/// Before a write planned on [`held`]: the stored holdings become those that held.
+/// Never a write on its own (a miss changes nothing), and run by replicas and the
+/// AOF before the same writes, so they store what the master stores.
+pub fn follow_key_expiry(store: &mut impl Store) {
+    if !matches!(store.lock(), Some(Lock::Shared(_))) {
+        return;
+    }
+    let key_expires_at = store.key_expiry();
+    if let Some(lock) = store.lock_mut() {
+        lock.follow_key_expiry(key_expires_at);
+    }
 }
 
 /// Redis refused to store what the rules decided.
@@ -68,8 +93,13 @@ pub type Lapsed = (Box<[u8]>, i64);
 pub fn settle(store: &mut impl Store, now_ms: i64) -> Result<Vec<Lapsed>, StoreError> {
     // Looked at before it is touched: a write through the store is a change of the
     // key (WATCH, client-side caching), which a settle that finds nothing is not.
+    // With an expiry set by hand every holding ends with the key, which Redis
+    // removes: none lapses before the others.
     let any_lapsed = match store.lock() {
-        Some(Lock::Shared(holdings)) => holdings.iter().any(|h| !holds_at(h.expires_at, now_ms)),
+        Some(lock @ Lock::Shared(holdings)) => {
+            lock.expiry_set_by_hand(store.key_expiry()).is_none()
+                && holdings.iter().any(|h| !holds_at(h.expires_at, now_ms))
+        }
         _ => false,
     };
     if !any_lapsed {
@@ -133,7 +163,19 @@ pub fn acquire(
     mint: &TokenMint,
     max_owner_len: usize,
 ) -> Result<AcquirePlan, Failure> {
-    let plan = plan_acquire(store.lock(), request, queued, now_ms, mint, max_owner_len)?;
+    let current = held(store);
+    let plan = plan_acquire(
+        current.as_deref(),
+        request,
+        queued,
+        now_ms,
+        mint,
+        max_owner_len,
+    )?;
+    drop(current);
+    if plan != AcquirePlan::Busy {
+        follow_key_expiry(store);
+    }
     match plan {
         AcquirePlan::Grant {
             token,
@@ -169,7 +211,12 @@ pub fn release(
     owner: &[u8],
     now_ms: impl FnOnce() -> Option<i64>,
 ) -> Result<ReleasePlan, StoreError> {
-    let plan = plan_release(store.lock(), owner, now_ms);
+    let current = held(store);
+    let plan = plan_release(current.as_deref(), owner, now_ms);
+    drop(current);
+    if plan != ReleasePlan::NotHeld {
+        follow_key_expiry(store);
+    }
     match plan {
         ReleasePlan::NotHeld => {}
         ReleasePlan::DeleteKey => done(store.delete())?,
@@ -190,8 +237,11 @@ pub fn extend(
     ttl_ms: i64,
     now_ms: i64,
 ) -> Result<Option<ExtendPlan>, Failure> {
-    let plan = plan_extend(store.lock(), owner, ttl_ms, now_ms)?;
+    let current = held(store);
+    let plan = plan_extend(current.as_deref(), owner, ttl_ms, now_ms)?;
+    drop(current);
     if let Some(extend) = plan {
+        follow_key_expiry(store);
         move_expiry(
             store,
             owner,
@@ -214,7 +264,9 @@ pub fn hand_off<W: Copy + Eq + std::hash::Hash>(
     now_ms: i64,
     mint: &TokenMint,
 ) -> Result<HandOff<W>, StoreError> {
-    let step = plan_hand_off(queues, db, key, store.lock(), refusal, now_ms, mint);
+    let current = held(store);
+    let step = plan_hand_off(queues, db, key, current.as_deref(), refusal, now_ms, mint);
+    drop(current);
     apply_hand_off(store, &step, now_ms)?;
     Ok(step)
 }
@@ -227,20 +279,16 @@ pub fn apply_hand_off<W>(
     step: &HandOff<W>,
     now_ms: i64,
 ) -> Result<(), StoreError> {
+    if !step.grants.is_empty() {
+        follow_key_expiry(store);
+    }
     for grant in &step.grants {
         let key_expires_at = match grant.kind.mode() {
             Mode::Exclusive => grant.expires_at,
-            Mode::Shared => store
-                .lock()
-                .filter(|lock| lock.mode() == Mode::Shared)
-                .and_then(|lock| {
-                    lock.holders(None)
-                        .filter(|h| *h.owner != *grant.owner)
-                        .filter_map(|h| h.expires_at)
-                        .filter(|at| holds_at(*at, now_ms))
-                        .max()
-                })
-                .map_or(grant.expires_at, |rest| rest.max(grant.expires_at)),
+            Mode::Shared => {
+                let current = store.lock().filter(|lock| lock.mode() == Mode::Shared);
+                shared_key_expiry(current, &grant.owner, grant.expires_at, now_ms)
+            }
         };
         if grant.fresh {
             add_holding(
@@ -307,7 +355,115 @@ impl Store for MemoryStore {
     }
 
     fn set_key_expiry(&mut self, at: i64) -> bool {
-        self.expiry = Some(at);
+        self.expiry = (at != NO_EXPIRY).then_some(at);
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHARED: Kind = Kind::Shared { limit: None };
+
+    fn take(
+        store: &mut MemoryStore,
+        mint: &TokenMint,
+        owner: &[u8],
+        ttl: i64,
+        kind: Kind,
+        now: i64,
+    ) -> AcquirePlan {
+        let request = Acquire { owner, ttl, kind };
+        acquire(store, request, false, || now, mint, 64).unwrap()
+    }
+
+    /// Two readers, the first ending at 500 and the second at 100000, whose key a
+    /// `PEXPIRE` set to end at 700.
+    fn readers_with_a_key_expiry_set_by_hand() -> (MemoryStore, TokenMint) {
+        let (mut store, mint) = (MemoryStore::default(), TokenMint::new());
+        take(&mut store, &mint, b"r1", 500, SHARED, 0);
+        take(&mut store, &mint, b"r2", 100_000, SHARED, 0);
+        store.expiry = Some(700);
+        (store, mint)
+    }
+
+    #[test]
+    fn a_key_expiry_set_by_hand_is_every_shared_holdings() {
+        let (mut store, mint) = readers_with_a_key_expiry_set_by_hand();
+        let held = held(&store).unwrap();
+        let ends: Vec<_> = held.holders(None).map(|h| h.expires_at).collect();
+        assert_eq!(ends, [Some(700), Some(700)]);
+        assert_eq!(held.next_lapse(), None);
+        drop(held);
+        // Past r1's own expiry, it still holds: nothing lapses, a writer waits.
+        assert_eq!(settle(&mut store, 600).unwrap(), []);
+        assert_eq!(
+            take(&mut store, &mint, b"w", 100, Kind::Exclusive, 600),
+            AcquirePlan::Busy
+        );
+        let limited = Kind::Shared { limit: Some(2) };
+        assert_eq!(
+            take(&mut store, &mint, b"r3", 100, limited, 600),
+            AcquirePlan::Busy
+        );
+        assert_eq!(store.expiry, Some(700), "a refused acquire changes nothing");
+        // A write stores what held: r2's release leaves r1 until 700, not 500.
+        release(&mut store, b"r2", || Some(600)).unwrap();
+        assert_eq!(store.expiry, Some(700));
+        assert_eq!(store.lock.as_ref().and_then(Lock::next_lapse), None);
+        let r1 = store.lock.as_ref().unwrap().holders(None).next().unwrap();
+        assert_eq!((r1.owner, r1.expires_at), (&b"r1"[..], Some(700)));
+    }
+
+    #[test]
+    fn a_holding_taken_beside_an_expiry_set_by_hand_keeps_its_own() {
+        let (mut store, mint) = readers_with_a_key_expiry_set_by_hand();
+        let plan = take(&mut store, &mint, b"r3", 1_000, SHARED, 600);
+        assert!(matches!(
+            plan,
+            AcquirePlan::Grant {
+                expires_at: 1_600,
+                key_expires_at: 1_600,
+                ..
+            }
+        ));
+        assert_eq!(store.expiry, Some(1_600));
+        // r1 and r2 end at 700, r3 at 1600: r1 and r2 lapse then, r3 holds on.
+        assert_eq!(store.lock.as_ref().and_then(Lock::next_lapse), Some(700));
+        let lapsed = settle(&mut store, 701).unwrap();
+        assert_eq!(lapsed.len(), 2);
+        assert_eq!(store.lock.as_ref().map(Lock::len), Some(1));
+    }
+
+    #[test]
+    fn a_shared_lock_whose_key_was_persisted_holds_until_released() {
+        let (mut store, mint) = (MemoryStore::default(), TokenMint::new());
+        take(&mut store, &mint, b"r1", 500, SHARED, 0);
+        store.expiry = None; // PERSIST
+        assert_eq!(settle(&mut store, 10_000).unwrap(), []);
+        let held_now = held(&store).unwrap();
+        assert_eq!(
+            held_now
+                .live_holders(None, 10_000)
+                .map(|h| h.expires_at)
+                .collect::<Vec<_>>(),
+            [None]
+        );
+        drop(held_now);
+        assert_eq!(
+            take(&mut store, &mint, b"w", 100, Kind::Exclusive, 10_000),
+            AcquirePlan::Busy
+        );
+        // A second reader: the first keeps no expiry, so neither does the key.
+        take(&mut store, &mint, b"r2", 100, SHARED, 10_000);
+        assert_eq!(store.expiry, None);
+        assert_eq!(store.lock.as_ref().and_then(Lock::next_lapse), Some(10_100));
+        assert_eq!(settle(&mut store, 10_101).unwrap().len(), 1);
+        // An extend gives the first its TTL back, and the key with it.
+        extend(&mut store, b"r1", 100, 20_000).unwrap();
+        assert_eq!(store.expiry, Some(20_100));
+        release(&mut store, b"r1", || Some(20_000)).unwrap();
+        assert!(store.lock.is_none());
     }
 }

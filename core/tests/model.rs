@@ -1,6 +1,7 @@
 //! The rules and hand-offs against the properties the spec promises, over random
 //! operations on one key with a clock (`world`): acquires of every kind with and
-//! without waiting, releases, extends, disconnects and the passing of time.
+//! without waiting, releases, extends, disconnects, key expiries set by hand
+//! (`PEXPIRE`, `PERSIST`) and the passing of time.
 
 mod world;
 
@@ -37,6 +38,9 @@ fn random_op(rng: &mut StdRng, world: &World) -> Op {
         },
         8 => Op::Leave {
             handle: rng.gen_range(0..=world.next_handle),
+        },
+        9 if rng.gen_bool(0.2) => Op::SetKeyExpiry {
+            ttl: rng.gen_bool(0.8).then(|| rng.gen_range(0..80)),
         },
         _ => Op::Tick {
             ms: rng.gen_range(0..50),

@@ -15,7 +15,7 @@ fn op(bytes: &[u8]) -> Op {
     let [what, a, b, c] = [0, 1, 2, 3].map(|i| bytes.get(i).copied().unwrap_or(0));
     let owner = usize::from(a);
     let ttl = i64::from(b % 64) + 1;
-    match what % 8 {
+    match what % 9 {
         0..=2 => Op::Acquire {
             owner,
             ttl,
@@ -32,6 +32,9 @@ fn op(bytes: &[u8]) -> Op {
         4 => Op::Extend { owner, ttl },
         5 => Op::Leave {
             handle: u32::from(b),
+        },
+        6 => Op::SetKeyExpiry {
+            ttl: (c & 0x01 == 0).then(|| i64::from(b % 100)),
         },
         _ => Op::Tick {
             ms: i64::from(b % 100),

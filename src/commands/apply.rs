@@ -20,7 +20,7 @@ use crate::propagate::{self, Applied};
 use crate::state::MINT;
 use redis_lock_core::holdings::SharedHolding;
 use redis_lock_core::owner::Owner;
-use redis_lock_core::store::{Store, StoreError};
+use redis_lock_core::store::{self, Store, StoreError};
 use redis_lock_core::{Lock, Mode};
 
 pub const COMMAND: Command = Command {
@@ -55,7 +55,10 @@ fn apply(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
             remove_lapsed(&mut open, request.owner, request.token)?;
             Applied::Lapsed
         }
-        (false, true, Some(at)) => set_shared(&mut open, request.owner, request.token, at)?,
+        (false, true, Some(at)) => {
+            let rewritten = request.mark.is_some();
+            set_shared(&mut open, request.owner, request.token, at, rewritten)?
+        }
         _ => {
             if !open.set_lock(Lock::exclusive(request.owner, request.token)) {
                 return Err(StoreError.into());
@@ -100,13 +103,23 @@ fn remove_lapsed(open: &mut OpenKey, owner: &[u8], token: i64) -> Result<(), Sto
 
 /// Sets `owner`'s shared holding (added, or replacing its token and expiry), then
 /// the key's expiry to the last of its holdings. An existing holding with the same
-/// token got a new expiry (a refresh or extend); anything else is a grant.
+/// token got a new expiry (a refresh or extend); anything else is a grant. Before
+/// it, the holdings follow an expiry set on the key by hand, as the master's did
+/// before the same write.
+///
+/// A `rewritten` AOF (the `MARK` form) re-creates the stored holdings as they were,
+/// one command each, and Redis sets the key's expiry after the last (none if the
+/// key had none): the key's expiry is then left alone.
 fn set_shared(
     open: &mut OpenKey,
     owner: &[u8],
     token: i64,
     at: i64,
+    rewritten: bool,
 ) -> Result<Applied, StoreError> {
+    if !rewritten {
+        store::follow_key_expiry(open);
+    }
     let (stored, what) = match open.lock_mut() {
         Some(Lock::Shared(holdings)) => {
             match holdings.iter_mut().find(|h| h.owner.as_bytes() == owner) {
@@ -137,6 +150,9 @@ fn set_shared(
     };
     if !stored && !open.put(Lock::shared(owner, token, at)) {
         return Err(StoreError);
+    }
+    if rewritten {
+        return Ok(what);
     }
     let last = open
         .lock()

@@ -3,7 +3,7 @@
 //! and the fuzz target `planner` (operations from fuzzer bytes).
 
 use redis_lock_core::handoff::Answer;
-use redis_lock_core::holdings::{Kind, Lock, Mode};
+use redis_lock_core::holdings::{Kind, Lock, Mode, NO_EXPIRY};
 use redis_lock_core::queue::{Queues, Waiter};
 use redis_lock_core::rules::{fits, Acquire, AcquirePlan};
 use redis_lock_core::store::{self, MemoryStore};
@@ -32,6 +32,11 @@ pub enum Op {
     /// The waiter with this handle disconnects.
     Leave {
         handle: u32,
+    },
+    /// A key command sets the key's expiry by hand: `PEXPIRE k ttl`, or `PERSIST k`
+    /// for none (nothing when the key is gone).
+    SetKeyExpiry {
+        ttl: Option<i64>,
     },
     /// Time passes.
     Tick {
@@ -79,14 +84,21 @@ impl World {
         if live.iter().any(|(_, mode)| *mode == Mode::Exclusive) {
             assert_eq!(live.len(), 1, "an exclusive holding is alone: {live:?}");
         }
-        // The key's expiry is the last shared holding's.
-        if let Some(Lock::Shared(holdings)) = &self.store.lock {
-            let last = holdings.iter().map(|h| h.expires_at).max();
-            assert_eq!(
-                self.store.expiry, last,
-                "the key expires with its last holding"
-            );
+        // The key's expiry is the last shared holding's, unless a key command set it
+        // by hand: every live holding then ends with the key.
+        if let Some(lock @ Lock::Shared(holdings)) = &self.store.lock {
             assert!(!holdings.is_empty());
+            match lock.expiry_set_by_hand(self.store.expiry) {
+                None => {
+                    let last = holdings.iter().map(|h| h.expires_at).max();
+                    let key = self.store.expiry.unwrap_or(NO_EXPIRY);
+                    assert_eq!(Some(key), last, "the key expires with its last holding");
+                }
+                Some(_) => {
+                    let live = lock.live_holders(self.store.expiry, self.now);
+                    assert!(live.into_iter().all(|h| h.expires_at == self.store.expiry));
+                }
+            }
         }
     }
 
@@ -154,7 +166,7 @@ impl World {
             assert!(
                 front.has_timed_out(self.now)
                     || holds_other_mode
-                    || !fits(self.store.lock.as_ref(), front.kind, self.now),
+                    || !fits(store::held(&self.store).as_deref(), front.kind, self.now),
                 "the head of the queue fits and was not granted"
             );
         }
@@ -220,6 +232,11 @@ impl World {
             }
             Op::Leave { handle } => {
                 self.queues.remove(handle);
+            }
+            Op::SetKeyExpiry { ttl } => {
+                if self.store.lock.is_some() {
+                    self.store.expiry = ttl.map(|ms| self.now.saturating_add(ms));
+                }
             }
             Op::Tick { ms } => self.now = self.now.saturating_add(ms),
         }
