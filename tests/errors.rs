@@ -130,6 +130,20 @@ fn bad_ttls_are_refused() {
             }
         }
     }
+    // Past i64 the number is well formed, only too large.
+    for args in [
+        &[&b"LOCK.ACQUIRE"[..], b"k", b"o", b"9223372036854775808"][..],
+        &[
+            b"LOCK.ACQUIRE",
+            b"k",
+            b"o",
+            b"100",
+            b"WAIT",
+            b"9223372036854775808",
+        ],
+    ] {
+        assert_refused(&mut con, args, "ERR", "out of range");
+    }
 }
 
 #[test]

@@ -488,12 +488,15 @@ fn a_restored_lock_removes_its_lapses_on_time() {
     let server = Server::start();
     let mut con = server.connection();
     keeper_and_short(&mut con, "doc", &["SHARED"]);
+    // As MIGRATE moves it: with the key's expiry (RESTORE 0 would persist the lock).
     let payload: Vec<u8> = query(&mut con, &["DUMP", "doc"]).unwrap();
+    let at: i64 = query(&mut con, &["PEXPIRETIME", "doc"]).unwrap();
     let _: i64 = query(&mut con, &["DEL", "doc"]).unwrap();
     let _: () = redis::cmd("RESTORE")
         .arg("copy")
-        .arg(0)
+        .arg(at)
         .arg(payload)
+        .arg("ABSTTL")
         .query(&mut con)
         .unwrap_or_else(|e: redis::RedisError| panic!("{e}"));
     wait_for_lapses(&mut con, 1);
