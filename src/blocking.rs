@@ -132,6 +132,11 @@ pub fn deleting_here<T>(delete: impl FnOnce() -> T) -> T {
     delete()
 }
 
+/// True while the module deletes a key itself ([`deleting_here`]).
+pub fn is_deleting_here() -> bool {
+    DELETING_HERE.with(std::cell::Cell::get)
+}
+
 /// Runs `f` on the waiting state. Callers never call into Redis inside `f`: Redis may
 /// call back (keyspace events) and would find the state borrowed.
 fn with<T>(f: impl FnOnce(&mut Waiting) -> T) -> Option<T> {
@@ -211,10 +216,15 @@ const PAUSED_RETRY_MS: i64 = 10;
 /// Removes the shared holdings of the open `key` whose expiry has passed, and tells
 /// replicas and the AOF (`LOCK.APPLY key owner token LAPSED` each): the master
 /// judges time, its replicas follow. Every write to a shared lock does this first.
+#[inline]
 pub fn settle(ctx: Ctx, open: &mut OpenKey, key: Arg<'_>) {
-    if !matches!(open.lock(), Some(Lock::Shared(_))) {
-        return;
+    // Inline: an exclusive lock, the common case, costs one comparison here.
+    if matches!(open.lock(), Some(Lock::Shared(_))) {
+        settle_shared(ctx, open, key);
     }
+}
+
+fn settle_shared(ctx: Ctx, open: &mut OpenKey, key: Arg<'_>) {
     let Ok(lapsed) = store::settle(open, ctx.now_ms()) else {
         return;
     };
@@ -226,15 +236,21 @@ pub fn settle(ctx: Ctx, open: &mut OpenKey, key: Arg<'_>) {
 
 /// When the earliest shared holding of the open key lapses before the others: the
 /// key timer must then look.
+#[inline]
 pub fn next_lapse(open: &OpenKey) -> Option<i64> {
-    open.lock()
-        .and_then(|lock| lock.next_lapse_held(open.expires_at()))
+    // An exclusive lock never lapses apart from its key: no expiry read for it.
+    match open.lock()? {
+        lock @ Lock::Shared(_) => lock.next_lapse_held(open.expires_at()),
+        Lock::Exclusive { .. } => None,
+    }
 }
 
 /// Hands the lock at `key` to as many of its waiters as fit, in order; returns true
 /// if it granted any. Must run with `db` selected in `ctx`.
+#[inline]
 pub fn hand_off(ctx: Ctx, db: i32, key: &[u8]) -> bool {
-    hand_off_refusing(ctx, db, key, None)
+    // Inline: on a server without waiters, the common case, one load here.
+    ANY_WAITING.load(Ordering::Relaxed) && hand_off_refusing(ctx, db, key, None)
 }
 
 fn hand_off_refusing(ctx: Ctx, db: i32, key: &[u8], refusal: Option<Refusal>) -> bool {
@@ -628,7 +644,7 @@ fn mark(keys: impl IntoIterator<Item = (i32, Box<[u8]>, Mark)>) {
 /// Called from inside Redis's deletion, where writes are not allowed: a timer hands
 /// off right after.
 pub fn key_removed(db: i32, key: &[u8]) {
-    if waiters(db, key) > 0 && !DELETING_HERE.with(std::cell::Cell::get) {
+    if waiters(db, key) > 0 && !is_deleting_here() {
         mark([(db, key.into(), Mark::Removed)]);
     }
 }

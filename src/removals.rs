@@ -21,8 +21,13 @@ thread_local! {
     static UNLINKED: RefCell<Option<HeldString>> = const { RefCell::new(None) };
 }
 
-/// Redis is removing the lock at `key` in database `db`.
+/// Redis is removing the lock at `key` in database `db`. Not for a deletion by the
+/// module itself ([`blocking::deleting_here`]), which needs neither: no expiry or
+/// eviction event follows it, and its caller hands the key on.
 pub fn lock_unlinked(db: i32, key: &RString) {
+    if blocking::is_deleting_here() {
+        return;
+    }
     let held = HeldString::hold(key);
     UNLINKED.with(|cell| {
         if let Ok(mut unlinked) = cell.try_borrow_mut() {
@@ -33,9 +38,8 @@ pub fn lock_unlinked(db: i32, key: &RString) {
     blocking::key_removed(db, key.as_bytes());
 }
 
-/// Forgets the lock unlinked last (the module removed it itself, or another event
-/// followed its removal).
-pub fn forget_unlinked() {
+/// Forgets the lock unlinked last (another event followed its removal).
+fn forget_unlinked() {
     UNLINKED.with(|cell| {
         if let Ok(mut unlinked) = cell.try_borrow_mut() {
             *unlinked = None;

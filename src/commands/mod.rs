@@ -205,9 +205,11 @@ fn key_and_rest<'a, 'o>(
     if args.len() < min_argc {
         return Err(Reply::WrongArity);
     }
-    let key = args.string(1).ok_or(Reply::WrongArity)?;
-    let rest = args.bytes_from(2, buf).ok_or(Reply::WrongArity)?;
-    Ok((key, rest))
+    // Not `ok_or(Reply…)`: that would build and drop a reply on every call.
+    match (args.string(1), args.bytes_from(2, buf)) {
+        (Some(key), Some(rest)) => Ok((key, rest)),
+        _ => Err(Reply::WrongArity),
+    }
 }
 
 /// The lock at an open key, or the WRONGTYPE reply.

@@ -6,7 +6,6 @@ use crate::blocking;
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Argv, Ctx};
 use crate::propagate;
-use crate::removals;
 use crate::state::STATS;
 use redis_lock_core::rules::ReleasePlan;
 use redis_lock_core::store;
@@ -47,10 +46,7 @@ fn release(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     let db = ctx.selected_db();
     match plan {
         ReleasePlan::NotHeld => return Ok(Reply::Integer(0)),
-        ReleasePlan::DeleteKey => {
-            removals::forget_unlinked();
-            propagate::release_as_called(ctx, Arg::Str(key), true);
-        }
+        ReleasePlan::DeleteKey => propagate::release_as_called(ctx, Arg::Str(key), true),
         ReleasePlan::RemoveHolding { .. } => {
             propagate::release_as_called(ctx, Arg::Str(key), false);
             blocking::watch_lapse(ctx, db, key.as_bytes(), next_lapse);
