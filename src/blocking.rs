@@ -392,9 +392,12 @@ pub fn holding_moved(
     drop(open);
     let (at, key_at) = (moved.expires_at, moved.key_expires_at);
     propagate::expiry(ctx, Arg::Str(key), owner, token, at, key_at, moved.mode);
-    let db = ctx.selected_db();
-    watch_expiry(ctx, db, key.as_bytes(), Some(key_at));
-    watch_lapse(ctx, db, key.as_bytes(), next_lapse);
+    // Nothing to watch on a key without waiters or lapses: the common case.
+    if next_lapse.is_some() || ANY_WAITING.load(Ordering::Relaxed) {
+        let (db, key) = (ctx.selected_db(), key.as_bytes());
+        watch_expiry(ctx, db, key, Some(key_at));
+        watch_lapse(ctx, db, key, next_lapse);
+    }
 }
 
 /// Where a holding's expiry moved to.

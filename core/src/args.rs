@@ -129,23 +129,28 @@ impl fmt::Display for ArgError {
 /// Parses an integer the way Redis does: an optional `-`, then digits, no `+`, no
 /// spaces, no leading zeros, within `i64`.
 pub fn parse_i64(arg: &[u8]) -> Option<i64> {
-    let digits = arg.strip_prefix(b"-").unwrap_or(arg);
-    let well_formed = match digits {
-        [b'0'] => arg.len() == 1,
-        [b'1'..=b'9', rest @ ..] => rest.iter().all(u8::is_ascii_digit),
-        _ => false,
+    let (negative, digits) = match arg {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, arg),
     };
-    if !well_formed {
-        return None;
+    match digits {
+        [b'0'] => return (!negative).then_some(0),
+        [b'1'..=b'9', ..] => {}
+        _ => return None,
     }
-    // Digits are known to be ASCII here: accumulate directly (cheaper than going
-    // through str::parse on this hot path), towards the sign so i64::MIN fits.
-    let negative = arg.len() != digits.len();
-    digits.iter().try_fold(0i64, |n, d| {
-        let d = i64::from(d - b'0');
-        n.checked_mul(10)?
-            .checked_add(if negative { -d } else { d })
-    })
+    // One pass, checking each digit as it is added (cheaper than going through
+    // str::parse on this hot path), towards the sign so i64::MIN fits.
+    let sign = if negative { -1 } else { 1 };
+    let mut n = 0i64;
+    for &digit in digits {
+        if !digit.is_ascii_digit() {
+            return None;
+        }
+        n = n
+            .checked_mul(10)?
+            .checked_add(sign * i64::from(digit - b'0'))?;
+    }
+    Some(n)
 }
 
 fn parse_positive(arg: &[u8]) -> Option<i64> {

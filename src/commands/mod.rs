@@ -197,6 +197,7 @@ const MAX_ARGS: usize = 16;
 
 /// Splits `argv` into the key and the remaining arguments as bytes, after checking
 /// that there are at least `min_argc` (command name included).
+#[inline]
 fn key_and_rest<'a, 'o>(
     args: &Argv<'a>,
     min_argc: usize,
