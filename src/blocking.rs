@@ -234,15 +234,11 @@ fn settle_shared(ctx: Ctx, open: &mut OpenKey, key: Arg<'_>) {
     }
 }
 
-/// When the earliest shared holding of the open key lapses before the others: the
-/// key timer must then look.
+/// When the earliest shared holding of the open key lapses (see
+/// [`Lock::next_lapse`]): the key timer must then look.
 #[inline]
 pub fn next_lapse(open: &OpenKey) -> Option<i64> {
-    // An exclusive lock never lapses apart from its key: no expiry read for it.
-    match open.lock()? {
-        lock @ Lock::Shared(_) => lock.next_lapse_held(open.expires_at()),
-        Lock::Exclusive { .. } => None,
-    }
+    open.lock().and_then(Lock::next_lapse)
 }
 
 /// Hands the lock at `key` to as many of its waiters as fit, in order; returns true

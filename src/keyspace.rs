@@ -14,7 +14,7 @@ use crate::ffi::datatype::{AofRewrite, Digest, ModuleIo};
 use crate::ffi::RString;
 use crate::removals;
 use crate::state::MINT;
-use redis_lock_core::holdings::{SharedHolding, NO_EXPIRY};
+use redis_lock_core::holdings::SharedHolding;
 use redis_lock_core::owner::Owner;
 use redis_lock_core::{Lock, Mode};
 
@@ -119,7 +119,7 @@ pub fn save(io: &ModuleIo, lock: &Lock) {
         // An exclusive holding's expiry is the key's, which Redis saves.
         io.save_signed(match lock.mode() {
             Mode::Exclusive => 0,
-            Mode::Shared => holder.expires_at.unwrap_or(NO_EXPIRY),
+            Mode::Shared => holder.expires_at.unwrap_or(0),
         });
     }
 }
@@ -134,7 +134,7 @@ pub fn rewrite(aof: &AofRewrite<'_>, lock: &Lock) {
         fault::check("aof_rewrite", holder.owner);
         match lock.mode() {
             Mode::Shared => {
-                let at = holder.expires_at.unwrap_or(NO_EXPIRY);
+                let at = holder.expires_at.unwrap_or(0);
                 aof.emit_shared_holding(APPLY_COMMAND, holder.owner, holder.token, at, mark)
             }
             Mode::Exclusive => {
@@ -151,7 +151,7 @@ pub fn digest(digest: &Digest, lock: &Lock) {
         digest.add_bytes(holder.owner);
         digest.add_i64(holder.token);
         if lock.mode() == Mode::Shared {
-            digest.add_i64(holder.expires_at.unwrap_or(NO_EXPIRY));
+            digest.add_i64(holder.expires_at.unwrap_or(0));
         }
         digest.end_element();
     }

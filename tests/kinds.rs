@@ -488,15 +488,12 @@ fn a_restored_lock_removes_its_lapses_on_time() {
     let server = Server::start();
     let mut con = server.connection();
     keeper_and_short(&mut con, "doc", &["SHARED"]);
-    // As MIGRATE moves it: with the key's expiry (RESTORE 0 would persist the lock).
     let payload: Vec<u8> = query(&mut con, &["DUMP", "doc"]).unwrap();
-    let at: i64 = query(&mut con, &["PEXPIRETIME", "doc"]).unwrap();
     let _: i64 = query(&mut con, &["DEL", "doc"]).unwrap();
     let _: () = redis::cmd("RESTORE")
         .arg("copy")
-        .arg(at)
+        .arg(0)
         .arg(payload)
-        .arg("ABSTTL")
         .query(&mut con)
         .unwrap_or_else(|e: redis::RedisError| panic!("{e}"));
     wait_for_lapses(&mut con, 1);
@@ -519,6 +516,33 @@ fn lapses_are_removed_on_time_after_debug_reload_and_swapdb() {
     assert_eq!(owners(&mut con, "moved"), ["keeper"]);
 }
 
+#[test]
+fn a_migrated_lock_removes_its_lapses_on_time_whatever_ttl_it_arrives_with() {
+    let (source, target) = (Server::start(), Server::start());
+    let (mut src, mut dst) = (source.connection(), target.connection());
+    keeper_and_short(&mut src, "moved", &["SHARED"]);
+    keeper_and_short(&mut src, "slow", &["SHARED"]);
+    let port = target.url().rsplit(':').next().unwrap().to_string();
+    let _: () = query(
+        &mut src,
+        &["MIGRATE", "127.0.0.1", &port, "moved", "0", "5000"],
+    )
+    .unwrap();
+    // MIGRATE sends the TTL left, which arrives later than it was sent: as over a
+    // slow link, a relative TTL 100 ms past the last holding's.
+    let payload: Vec<u8> = query(&mut src, &["DUMP", "slow"]).unwrap();
+    let ttl = pttl(&mut src, "slow") + 100;
+    let _: () = redis::cmd("RESTORE")
+        .arg("slow")
+        .arg(ttl)
+        .arg(payload)
+        .query(&mut dst)
+        .unwrap_or_else(|e: redis::RedisError| panic!("{e}"));
+    wait_for_lapses(&mut dst, 2);
+    assert_eq!(owners(&mut dst, "moved"), ["keeper"]);
+    assert_eq!(owners(&mut dst, "slow"), ["keeper"]);
+}
+
 /// Every holding's TTL as `LOCK.INFO` tells it.
 fn ttls(con: &mut Connection, key: &str) -> Vec<i64> {
     lock_info(con, key).map_or_else(Vec::new, |info| {
@@ -527,21 +551,24 @@ fn ttls(con: &mut Connection, key: &str) -> Vec<i64> {
 }
 
 #[test]
-fn a_pexpire_on_a_shared_lock_is_every_holdings_expiry_on_master_replica_and_aof() {
-    let master = Server::with(Config::default().aof().set("aof-use-rdb-preamble", "no"));
+fn a_shorter_key_expiry_ends_the_shared_holdings_that_would_outlive_it_on_master_and_replica() {
+    let master = Server::start();
     let replica = Server::start();
     replica.replicate_from(&master);
     let (mut m, mut r) = (master.connection(), replica.connection());
-    acquire_with(&mut m, "doc", "r1", 500, &["SHARED"])
-        .unwrap()
-        .unwrap();
-    acquire_with(&mut m, "doc", "r2", 100_000, &["SHARED"])
-        .unwrap()
-        .unwrap();
-    let _: i64 = query(&mut m, &["PEXPIRE", "doc", "1500"]).unwrap();
-    assert!(ttls(&mut m, "doc")
-        .iter()
-        .all(|ttl| (1..=1_500).contains(ttl)));
+    // "doc" gets a reader and a waiter after the PEXPIRE; "quiet" nothing.
+    for key in ["doc", "quiet"] {
+        acquire_with(&mut m, key, "r1", 500, &["SHARED"])
+            .unwrap()
+            .unwrap();
+        acquire_with(&mut m, key, "r2", 100_000, &["SHARED"])
+            .unwrap()
+            .unwrap();
+        let _: i64 = query(&mut m, &["PEXPIRE", key, "1500"]).unwrap();
+        assert!(ttls(&mut m, key)
+            .iter()
+            .all(|ttl| (1..=1_500).contains(ttl)));
+    }
     // A reader that joins now keeps its own TTL.
     acquire_with(&mut m, "doc", "r3", 300, &["SHARED"])
         .unwrap()
@@ -549,25 +576,30 @@ fn a_pexpire_on_a_shared_lock_is_every_holdings_expiry_on_master_replica_and_aof
     let writer = waiter(&master, "doc", "w", 10_000, &[], 20_000);
     wait_for_waiters(&mut m, "doc", 1);
     let asked = Instant::now();
-    // r1's own 500 ms pass: it still holds, as the key says; only r3 lapses.
+    // r1 and r3 lapse at their own TTLs; r2 holds on, to the key's 1500 ms.
     thread::sleep(Duration::from_millis(800));
-    assert_eq!(owners(&mut m, "doc"), ["r1", "r2"]);
-    assert_eq!(lock_stat(&mut m, "expirations"), 1);
-    // A write stores what held: r2 releases, r1 holds on to the key's 1500 ms.
-    assert_eq!(release(&mut m, "doc", "r2"), 1);
-    assert_eq!(owners(&mut m, "doc"), ["r1"]);
-    assert!(pttl(&mut m, "doc") > 0);
+    assert_eq!(lock_stat(&mut m, "expirations"), 3);
     let _: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut m).unwrap();
-    let digest = |con: &mut Connection| -> String {
-        query(con, &["DEBUG", "DIGEST-VALUE", "doc"])
+    let digest = |con: &mut Connection, key: &str| -> String {
+        query(con, &["DEBUG", "DIGEST-VALUE", key])
             .map(|v: Vec<String>| v.concat())
             .unwrap()
     };
-    assert_eq!(
-        digest(&mut r),
-        digest(&mut m),
-        "the replica stored what held"
-    );
+    let at =
+        |con: &mut Connection, key: &str| -> i64 { query(con, &["PEXPIRETIME", key]).unwrap() };
+    for key in ["doc", "quiet"] {
+        assert_eq!(owners(&mut m, key), ["r2"]);
+        assert!(
+            (1..=1_500).contains(&pttl(&mut m, key)),
+            "{key} keeps its expiry"
+        );
+        assert_eq!(
+            digest(&mut r, key),
+            digest(&mut m, key),
+            "{key} on the replica"
+        );
+        assert_eq!(at(&mut r, key), at(&mut m, key));
+    }
     // The writer gets the lock when the key's expiry passes, not r2's 100 s.
     assert!(writer.join().unwrap().unwrap().is_some());
     let waited = asked.elapsed();
@@ -576,30 +608,26 @@ fn a_pexpire_on_a_shared_lock_is_every_holdings_expiry_on_master_replica_and_aof
 }
 
 #[test]
-fn a_persisted_shared_lock_holds_until_released_also_after_a_rewrite_and_a_reload() {
+fn a_persisted_or_longer_key_lengthens_no_shared_holding_and_nothing_is_left_after_the_last() {
     let mut server = Server::with(Config::default().aof().set("aof-use-rdb-preamble", "no"));
     let mut con = server.connection();
-    acquire_with(&mut con, "doc", "r1", 300, &["SHARED"])
-        .unwrap()
-        .unwrap();
-    let _: i64 = query(&mut con, &["PERSIST", "doc"]).unwrap();
-    // Another, never written again: its holding keeps the expiry it was taken with.
-    acquire_with(&mut con, "untouched", "r1", 300, &["SHARED"])
+    for (key, by_hand) in [
+        ("persisted", &["PERSIST", "persisted"][..]),
+        ("longer", &["PEXPIRE", "longer", "600000"]),
+    ] {
+        acquire_with(&mut con, key, "r1", 300, &["SHARED"])
+            .unwrap()
+            .unwrap();
+        let _: i64 = query(&mut con, by_hand).unwrap();
+    }
+    wait_until(Duration::from_secs(5), || dbsize(&mut con) == 0);
+    assert_eq!(lock_stat(&mut con, "expirations"), 2);
+    // Persisted, then rewritten into the AOF and loaded back: the restarted server
+    // still removes it when its holding lapses.
+    acquire_with(&mut con, "untouched", "r1", lapse_ms(), &["SHARED"])
         .unwrap()
         .unwrap();
     let _: i64 = query(&mut con, &["PERSIST", "untouched"]).unwrap();
-    thread::sleep(Duration::from_millis(500));
-    assert_eq!(ttls(&mut con, "doc"), [-1], "held, with no TTL");
-    assert_eq!(acquire(&mut con, "doc", "w", 1_000), None);
-    // A second reader takes a TTL of its own; the first keeps none.
-    acquire_with(&mut con, "doc", "r2", 200, &["SHARED"])
-        .unwrap()
-        .unwrap();
-    assert_eq!(pttl(&mut con, "doc"), -1);
-    wait_until(Duration::from_secs(5), || {
-        lock_stat(&mut con, "expirations") == 1
-    });
-    assert_eq!(owners(&mut con, "doc"), ["r1"]);
     let _: () = query(&mut con, &["BGREWRITEAOF"]).unwrap();
     wait_until(Duration::from_secs(10), || {
         info_field(&mut con, "persistence", "aof_rewrite_in_progress").as_deref() == Some("0")
@@ -608,28 +636,38 @@ fn a_persisted_shared_lock_holds_until_released_also_after_a_rewrite_and_a_reloa
     server.kill();
     server.restart();
     let mut con = server.connection();
-    thread::sleep(Duration::from_millis(200));
-    for key in ["doc", "untouched"] {
-        assert_eq!(ttls(&mut con, key), [-1], "{key} after the rewritten AOF");
-    }
-    let _: Value = query(&mut con, &["DEBUG", "RELOAD"]).unwrap();
-    for key in ["doc", "untouched"] {
-        assert_eq!(ttls(&mut con, key), [-1], "{key} after the RDB");
-    }
-    let _: i64 = query(&mut con, &["DEL", "untouched"]).unwrap();
-    // PEXPIRE gives it an end again, and RESTORE a TTL of its own.
-    let _: i64 = query(&mut con, &["PEXPIRE", "doc", "400"]).unwrap();
-    let payload: Vec<u8> = query(&mut con, &["DUMP", "doc"]).unwrap();
-    let _: () = redis::cmd("RESTORE")
-        .arg("copy")
-        .arg(60_000)
-        .arg(payload)
-        .query(&mut con)
-        .unwrap_or_else(|e: redis::RedisError| panic!("{e}"));
-    wait_until(Duration::from_secs(5), || dbsize(&mut con) == 1);
-    assert!(ttls(&mut con, "copy")
-        .iter()
-        .all(|ttl| (50_000..=60_000).contains(ttl)));
-    assert_eq!(release(&mut con, "copy", "r1"), 1);
+    assert_eq!(owners(&mut con, "untouched"), ["r1"]);
+    wait_for_lapses(&mut con, 1);
     assert_eq!(dbsize(&mut con), 0);
+}
+
+#[test]
+fn a_lapsed_permit_stays_free_when_a_pexpire_comes_before_the_module_removed_it() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let permits = ["LIMIT", "2"];
+    acquire_with(&mut con, "k", "p1", 1_000, &permits)
+        .unwrap()
+        .unwrap();
+    acquire_with(&mut con, "k", "p2", 60_000, &permits)
+        .unwrap()
+        .unwrap();
+    // One batch: no timer runs between p1's expiry passing and the PEXPIRE.
+    let (_, _, info): (Value, i64, Value) = redis::pipe()
+        .cmd("DEBUG")
+        .arg("SLEEP")
+        .arg("1.2")
+        .cmd("PEXPIRE")
+        .arg("k")
+        .arg(30_000)
+        .cmd("LOCK.INFO")
+        .arg("k")
+        .query(&mut con)
+        .unwrap();
+    let info = LockInfo::from_value(info).unwrap();
+    let holders: Vec<&[u8]> = info.holders.iter().map(|h| &h.owner[..]).collect();
+    assert_eq!(holders, [b"p2"]);
+    assert!(acquire_with(&mut con, "k", "p3", 1_000, &permits)
+        .unwrap()
+        .is_some());
 }

@@ -5,8 +5,10 @@
 //! expiry is the key's own Redis expiry, not stored again here. Shared holdings each
 //! keep their own absolute expiry; the key's expiry is the latest of them, so the key
 //! lives while any holding does. A key command may set the key's expiry by hand
-//! (`PEXPIRE`, `PERSIST`, `RESTORE` with a TTL); it is then the lock's, and every
-//! holding holds until it, as an exclusive one does ([`Lock::as_held`]).
+//! (`PEXPIRE`, `PERSIST`, `RESTORE` or `MIGRATE` with a TTL): a key expiry before a
+//! shared holding's own ends it then, with the key; a later one (or none) lengthens
+//! no holding, each keeps its lease, and the key goes with the last of them
+//! ([`Lock::as_held`]).
 
 use std::borrow::Cow;
 
@@ -76,10 +78,6 @@ pub struct Holder<'a> {
     pub expires_at: Option<i64>,
 }
 
-/// A shared holding's expiry when its key has none (`PERSIST`, `RESTORE key 0`): it
-/// holds until released, as an exclusive lock without TTL does.
-pub const NO_EXPIRY: i64 = i64::MAX;
-
 /// True while a holding expiring at `expires_at` still holds at `now_ms`. As Redis
 /// treats a key: it lapses only once its time is strictly past.
 pub fn holds_at(expires_at: i64, now_ms: i64) -> bool {
@@ -129,69 +127,69 @@ impl Lock {
         exclusive.into_iter().chain(shared.iter().map(|h| Holder {
             owner: h.owner.as_bytes(),
             token: h.token,
-            expires_at: (h.expires_at != NO_EXPIRY).then_some(h.expires_at),
+            expires_at: Some(h.expires_at),
         }))
     }
 
-    /// The expiry a key command set on a shared lock's key by hand (`PEXPIRE`,
-    /// `PERSIST`, `RESTORE` with a TTL), when it is not the one its holdings give it
-    /// (their last): every holding then holds until it ([`NO_EXPIRY`] for none), as
-    /// an exclusive holding does. `None` when they agree, and for an exclusive lock,
-    /// whose expiry is always the key's.
-    pub fn expiry_set_by_hand(&self, key_expires_at: Option<i64>) -> Option<i64> {
-        let Lock::Shared(holdings) = self else {
+    /// The key's expiry when a key command set it by hand (`PEXPIRE`, `RESTORE`
+    /// with a TTL…) before the own expiry of some shared holding, which then ends
+    /// with the key: `None` for an exclusive lock (its expiry is always the key's),
+    /// and when no shared holding outlives the key.
+    pub fn key_cap(&self, key_expires_at: Option<i64>) -> Option<i64> {
+        let (Lock::Shared(holdings), Some(key)) = (self, key_expires_at) else {
             return None;
         };
-        let key = key_expires_at.unwrap_or(NO_EXPIRY);
-        let last = holdings.iter().map(|h| h.expires_at).max()?;
-        (key != last).then_some(key)
+        holdings.iter().any(|h| h.expires_at > key).then_some(key)
     }
 
-    /// The lock as it holds at a key expiring at `key_expires_at`: with an expiry set
-    /// by hand (see [`Lock::expiry_set_by_hand`]), every holding's. A copy only then.
+    /// The lock as it holds at a key expiring at `key_expires_at`: each shared
+    /// holding until its own expiry or the key's, whichever comes first (see
+    /// [`Lock::key_cap`]). A copy only when the key ends some holding early.
     pub fn as_held(&self, key_expires_at: Option<i64>) -> Cow<'_, Lock> {
-        match self.expiry_set_by_hand(key_expires_at) {
+        match self.key_cap(key_expires_at) {
             None => Cow::Borrowed(self),
-            Some(at) => {
+            Some(cap) => {
                 let mut held = self.clone();
-                held.set_every_expiry(at);
+                held.cap_expiries(cap);
                 Cow::Owned(held)
             }
         }
     }
 
-    /// Gives every holding the expiry set on the key by hand, for good (before a
-    /// write, so that the stored holdings are those that held); true if any moved.
+    /// Ends every shared holding by the key's expiry, for good (before a write, so
+    /// that the stored holdings are those that held); true if any moved.
     pub fn follow_key_expiry(&mut self, key_expires_at: Option<i64>) -> bool {
-        let by_hand = self.expiry_set_by_hand(key_expires_at);
-        if let Some(at) = by_hand {
-            self.set_every_expiry(at);
+        let cap = self.key_cap(key_expires_at);
+        if let Some(cap) = cap {
+            self.cap_expiries(cap);
         }
-        by_hand.is_some()
+        cap.is_some()
     }
 
-    fn set_every_expiry(&mut self, at: i64) {
+    fn cap_expiries(&mut self, cap: i64) {
         if let Lock::Shared(holdings) = self {
             for holding in holdings {
-                holding.expires_at = at;
+                holding.expires_at = holding.expires_at.min(cap);
             }
         }
     }
 
     /// The holdings that still hold at `now_ms` (shared holdings whose expiry passed
-    /// are gone, even before the module removes them).
+    /// are gone, even before the module removes them), each with its expiry as it
+    /// holds (see [`Lock::as_held`]).
     pub fn live_holders(
         &self,
         key_expires_at: Option<i64>,
         now_ms: i64,
     ) -> impl Iterator<Item = Holder<'_>> + '_ {
-        let by_hand = self
-            .expiry_set_by_hand(key_expires_at)
-            .map(|at| (at != NO_EXPIRY).then_some(at));
+        let cap = self.key_cap(key_expires_at);
         self.holders(key_expires_at)
-            .map(move |h| match by_hand {
-                Some(expires_at) => Holder { expires_at, ..h },
-                None => h,
+            .map(move |h| match (cap, h.expires_at) {
+                (Some(cap), Some(at)) => Holder {
+                    expires_at: Some(at.min(cap)),
+                    ..h
+                },
+                _ => h,
             })
             .filter(move |h| h.expires_at.is_none_or(|at| holds_at(at, now_ms)))
     }
@@ -244,25 +242,14 @@ impl Lock {
         }
     }
 
-    /// The earliest expiry among shared holdings, if it comes before the key's: when
-    /// a holding lapses while others live on, and must be removed by the module.
+    /// The earliest own expiry among shared holdings: when the module must look, to
+    /// remove a holding that lapses while others live on, and also the last one's,
+    /// as a key command may since have set the key to outlive its holdings
+    /// (`PERSIST`, a longer `PEXPIRE`): nothing of the lock may stay after them.
     pub fn next_lapse(&self) -> Option<i64> {
         match self {
             Lock::Exclusive { .. } => None,
-            Lock::Shared(holdings) => {
-                let first = holdings.iter().map(|h| h.expires_at).min()?;
-                let last = holdings.iter().map(|h| h.expires_at).max()?;
-                (first < last).then_some(first)
-            }
-        }
-    }
-
-    /// [`Lock::next_lapse`] at a key expiring at `key_expires_at`: none with an
-    /// expiry set by hand, when every holding ends with the key.
-    pub fn next_lapse_held(&self, key_expires_at: Option<i64>) -> Option<i64> {
-        match self.expiry_set_by_hand(key_expires_at) {
-            Some(_) => None,
-            None => self.next_lapse(),
+            Lock::Shared(holdings) => holdings.iter().map(|h| h.expires_at).min(),
         }
     }
 
@@ -381,7 +368,7 @@ mod tests {
         assert_eq!(lock.remove_lapsed(150), [(b"b"[..].into(), 2)]);
         assert_eq!(lock.next_lapse(), Some(200));
         assert!(lock.set_shared_expiry(b"c", 300));
-        assert_eq!(lock.next_lapse(), None, "all end together");
+        assert_eq!(lock.next_lapse(), Some(300), "the last one's too");
         assert!(lock.remove(b"a") && !lock.remove(b"a"));
         assert_eq!(lock.holders(None).map(|h| h.token).collect::<Vec<_>>(), [3]);
         assert!(lock.remove(b"c") && lock.is_empty());

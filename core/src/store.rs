@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 
 use crate::handoff::{plan_hand_off, HandOff, Refusal};
-use crate::holdings::{holds_at, Kind, Lock, Mode, NO_EXPIRY};
+use crate::holdings::{holds_at, Kind, Lock, Mode};
 use crate::queue::Queues;
 use crate::rules::{
     plan_acquire, plan_extend, plan_release, shared_key_expiry, Acquire, AcquirePlan, ExtendPlan,
@@ -25,12 +25,12 @@ pub trait Store {
     fn delete(&mut self) -> bool;
     /// The key's expiry (Unix ms), `None` when it has none.
     fn key_expiry(&self) -> Option<i64>;
-    /// Sets the key's expiry; [`NO_EXPIRY`] removes it.
     fn set_key_expiry(&mut self, at: i64) -> bool;
 }
 
-/// The lock at the key as it holds: a shared lock whose key expiry was set by hand
-/// holds every holding until it (see [`Lock::as_held`]). Every rule plans on this.
+/// The lock at the key as it holds: a key expiry set by hand before a shared
+/// holding's own ends it with the key (see [`Lock::as_held`]). Every rule plans on
+/// this.
 pub fn held(store: &impl Store) -> Option<Cow<'_, Lock>> {
     match store.lock()? {
         lock @ Lock::Shared(_) => Some(lock.as_held(store.key_expiry())),
@@ -93,18 +93,14 @@ pub type Lapsed = (Box<[u8]>, i64);
 pub fn settle(store: &mut impl Store, now_ms: i64) -> Result<Vec<Lapsed>, StoreError> {
     // Looked at before it is touched: a write through the store is a change of the
     // key (WATCH, client-side caching), which a settle that finds nothing is not.
-    // With an expiry set by hand every holding ends with the key, which Redis
-    // removes: none lapses before the others.
     let any_lapsed = match store.lock() {
-        Some(lock @ Lock::Shared(holdings)) => {
-            lock.expiry_set_by_hand(store.key_expiry()).is_none()
-                && holdings.iter().any(|h| !holds_at(h.expires_at, now_ms))
-        }
+        Some(Lock::Shared(holdings)) => holdings.iter().any(|h| !holds_at(h.expires_at, now_ms)),
         _ => false,
     };
     if !any_lapsed {
         return Ok(Vec::new());
     }
+    follow_key_expiry(store);
     let Some(lock) = store.lock_mut() else {
         return Ok(Vec::new());
     };
@@ -355,7 +351,7 @@ impl Store for MemoryStore {
     }
 
     fn set_key_expiry(&mut self, at: i64) -> bool {
-        self.expiry = (at != NO_EXPIRY).then_some(at);
+        self.expiry = Some(at);
         true
     }
 }
@@ -388,37 +384,32 @@ mod tests {
         (store, mint)
     }
 
+    fn expiries(store: &MemoryStore) -> Vec<Option<i64>> {
+        let lock = store.lock.as_ref().unwrap();
+        lock.holders(None).map(|h| h.expires_at).collect()
+    }
+
     #[test]
-    fn a_key_expiry_set_by_hand_is_every_shared_holdings() {
+    fn a_key_expiry_set_by_hand_ends_the_holdings_that_would_outlive_it() {
         let (mut store, mint) = readers_with_a_key_expiry_set_by_hand();
         let held = held(&store).unwrap();
         let ends: Vec<_> = held.holders(None).map(|h| h.expires_at).collect();
-        assert_eq!(ends, [Some(700), Some(700)]);
-        assert_eq!(held.next_lapse(), None);
+        assert_eq!(
+            ends,
+            [Some(500), Some(700)],
+            "r1 keeps its own, r2 ends with the key"
+        );
         drop(held);
-        // Past r1's own expiry, it still holds: nothing lapses, a writer waits.
-        assert_eq!(settle(&mut store, 600).unwrap(), []);
+        // r1 lapses at its own time; the key keeps the expiry set by hand.
+        assert_eq!(settle(&mut store, 600).unwrap().len(), 1);
+        assert_eq!(store.expiry, Some(700));
+        assert_eq!(expiries(&store), [Some(700)]);
         assert_eq!(
             take(&mut store, &mint, b"w", 100, Kind::Exclusive, 600),
             AcquirePlan::Busy
         );
-        let limited = Kind::Shared { limit: Some(2) };
-        assert_eq!(
-            take(&mut store, &mint, b"r3", 100, limited, 600),
-            AcquirePlan::Busy
-        );
         assert_eq!(store.expiry, Some(700), "a refused acquire changes nothing");
-        // A write stores what held: r2's release leaves r1 until 700, not 500.
-        release(&mut store, b"r2", || Some(600)).unwrap();
-        assert_eq!(store.expiry, Some(700));
-        assert_eq!(store.lock.as_ref().and_then(Lock::next_lapse), None);
-        let r1 = store.lock.as_ref().unwrap().holders(None).next().unwrap();
-        assert_eq!((r1.owner, r1.expires_at), (&b"r1"[..], Some(700)));
-    }
-
-    #[test]
-    fn a_holding_taken_beside_an_expiry_set_by_hand_keeps_its_own() {
-        let (mut store, mint) = readers_with_a_key_expiry_set_by_hand();
+        // A reader that joins keeps its own TTL, and the key lives with the last.
         let plan = take(&mut store, &mint, b"r3", 1_000, SHARED, 600);
         assert!(matches!(
             plan,
@@ -428,42 +419,59 @@ mod tests {
                 ..
             }
         ));
+        assert_eq!(expiries(&store), [Some(700), Some(1_600)]);
         assert_eq!(store.expiry, Some(1_600));
-        // r1 and r2 end at 700, r3 at 1600: r1 and r2 lapse then, r3 holds on.
-        assert_eq!(store.lock.as_ref().and_then(Lock::next_lapse), Some(700));
-        let lapsed = settle(&mut store, 701).unwrap();
-        assert_eq!(lapsed.len(), 2);
-        assert_eq!(store.lock.as_ref().map(Lock::len), Some(1));
     }
 
     #[test]
-    fn a_shared_lock_whose_key_was_persisted_holds_until_released() {
+    fn a_later_key_expiry_or_none_lengthens_no_holding_and_the_key_goes_with_the_last() {
+        for key_expiry in [None, Some(10_000)] {
+            let (mut store, mint) = (MemoryStore::default(), TokenMint::new());
+            take(&mut store, &mint, b"r1", 500, SHARED, 0);
+            take(&mut store, &mint, b"r2", 800, SHARED, 0);
+            store.expiry = key_expiry; // PERSIST, PEXPIRE 10000
+            let held_now = held(&store).unwrap();
+            assert_eq!(held_now.live_holders(key_expiry, 600).count(), 1);
+            assert_eq!(held_now.next_lapse(), Some(500));
+            drop(held_now);
+            assert_eq!(settle(&mut store, 501).unwrap().len(), 1);
+            assert_eq!(
+                store.expiry,
+                Some(800),
+                "the key goes with the last holding"
+            );
+            assert_eq!(store.lock.as_ref().and_then(Lock::next_lapse), Some(800));
+            assert_eq!(settle(&mut store, 801).unwrap().len(), 1);
+            assert!(store.lock.is_none(), "nothing of the lock is left");
+        }
+    }
+
+    #[test]
+    fn a_lapsed_holding_stays_lapsed_whatever_the_key_expiry_becomes() {
         let (mut store, mint) = (MemoryStore::default(), TokenMint::new());
-        take(&mut store, &mint, b"r1", 500, SHARED, 0);
-        store.expiry = None; // PERSIST
-        assert_eq!(settle(&mut store, 10_000).unwrap(), []);
-        let held_now = held(&store).unwrap();
+        let permits = Kind::Shared { limit: Some(2) };
+        take(&mut store, &mint, b"p1", 1_000, permits, 0);
+        take(&mut store, &mint, b"p2", 60_000, permits, 0);
+        // Past p1's expiry, before the module removed it, a PEXPIRE 30000.
+        store.expiry = Some(31_200);
+        let live: Vec<_> = store
+            .lock
+            .as_ref()
+            .unwrap()
+            .live_holders(store.expiry, 1_200)
+            .map(|h| (h.owner.to_vec(), h.expires_at))
+            .collect();
+        assert_eq!(live, [(b"p2".to_vec(), Some(31_200))]);
         assert_eq!(
-            held_now
-                .live_holders(None, 10_000)
-                .map(|h| h.expires_at)
-                .collect::<Vec<_>>(),
-            [None]
+            settle(&mut store, 1_200).unwrap().len(),
+            1,
+            "p1 lapses still"
         );
-        drop(held_now);
-        assert_eq!(
-            take(&mut store, &mint, b"w", 100, Kind::Exclusive, 10_000),
-            AcquirePlan::Busy
+        let plan = take(&mut store, &mint, b"p3", 1_000, permits, 1_200);
+        assert!(
+            matches!(plan, AcquirePlan::Grant { .. }),
+            "p1's permit is free"
         );
-        // A second reader: the first keeps no expiry, so neither does the key.
-        take(&mut store, &mint, b"r2", 100, SHARED, 10_000);
-        assert_eq!(store.expiry, None);
-        assert_eq!(store.lock.as_ref().and_then(Lock::next_lapse), Some(10_100));
-        assert_eq!(settle(&mut store, 10_101).unwrap().len(), 1);
-        // An extend gives the first its TTL back, and the key with it.
-        extend(&mut store, b"r1", 100, 20_000).unwrap();
-        assert_eq!(store.expiry, Some(20_100));
-        release(&mut store, b"r1", || Some(20_000)).unwrap();
-        assert!(store.lock.is_none());
+        assert_eq!(expiries(&store), [Some(31_200), Some(2_200)]);
     }
 }

@@ -86,6 +86,8 @@ fn remove_lapsed(open: &mut OpenKey, owner: &[u8], token: i64) -> Result<(), Sto
     if !ours {
         return Ok(());
     }
+    // As the master's settle: the holdings first end by a key expiry set by hand.
+    store::follow_key_expiry(open);
     if let Some(lock) = open.lock_mut() {
         lock.remove(owner);
     }

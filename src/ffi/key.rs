@@ -3,7 +3,6 @@
 
 use std::ffi::c_void;
 
-use redis_lock_core::holdings::NO_EXPIRY;
 use redis_lock_core::store::Store;
 use redis_lock_core::Lock;
 use redis_module::raw;
@@ -117,13 +116,8 @@ impl<'c> OpenKey<'c> {
         true
     }
 
-    /// Sets the key's expiry to `at` (Unix ms); [`NO_EXPIRY`] removes it.
+    /// Sets the key's expiry to `at` (Unix ms).
     pub fn set_expires_at(&mut self, at: i64) -> bool {
-        let at = if at == NO_EXPIRY {
-            raw::REDISMODULE_NO_EXPIRE as i64
-        } else {
-            at
-        };
         let set = !self.key.is_null()
             && call!(RedisModule_SetAbsExpire(self.key, at) else super::ERR) == OK;
         self.modified |= set;

@@ -3,7 +3,7 @@
 //! and the fuzz target `planner` (operations from fuzzer bytes).
 
 use redis_lock_core::handoff::Answer;
-use redis_lock_core::holdings::{Kind, Lock, Mode, NO_EXPIRY};
+use redis_lock_core::holdings::{Kind, Lock, Mode};
 use redis_lock_core::queue::{Queues, Waiter};
 use redis_lock_core::rules::{fits, Acquire, AcquirePlan};
 use redis_lock_core::store::{self, MemoryStore};
@@ -52,6 +52,8 @@ pub struct World {
     pub next_handle: u32,
     last_token: i64,
     last_granted_handle: Option<u32>,
+    /// A key command set the key's expiry since the key was created.
+    set_by_hand: bool,
 }
 
 impl Default for World {
@@ -64,6 +66,7 @@ impl Default for World {
             next_handle: 0,
             last_token: 0,
             last_granted_handle: None,
+            set_by_hand: false,
         }
     }
 }
@@ -85,18 +88,20 @@ impl World {
             assert_eq!(live.len(), 1, "an exclusive holding is alone: {live:?}");
         }
         // The key's expiry is the last shared holding's, unless a key command set it
-        // by hand: every live holding then ends with the key.
-        if let Some(lock @ Lock::Shared(holdings)) = &self.store.lock {
+        // by hand: no live holding then outlives the key.
+        if let Some(Lock::Shared(holdings)) = &self.store.lock {
             assert!(!holdings.is_empty());
-            match lock.expiry_set_by_hand(self.store.expiry) {
-                None => {
-                    let last = holdings.iter().map(|h| h.expires_at).max();
-                    let key = self.store.expiry.unwrap_or(NO_EXPIRY);
-                    assert_eq!(Some(key), last, "the key expires with its last holding");
-                }
-                Some(_) => {
-                    let live = lock.live_holders(self.store.expiry, self.now);
-                    assert!(live.into_iter().all(|h| h.expires_at == self.store.expiry));
+            let last = holdings.iter().map(|h| h.expires_at).max();
+            if self.store.expiry != last {
+                assert!(self.set_by_hand, "the key expires with its last holding");
+                for holder in self
+                    .store
+                    .lock
+                    .iter()
+                    .flat_map(|l| l.live_holders(self.store.expiry, self.now))
+                {
+                    let (at, key) = (holder.expires_at, self.store.expiry);
+                    assert!(key.is_none() || at <= key, "a holding outlives its key");
                 }
             }
         }
@@ -107,6 +112,13 @@ impl World {
     pub fn settle_and_hand_off(&mut self) {
         self.store.expire(self.now);
         store::settle(&mut self.store, self.now).unwrap();
+        if self.store.lock.is_none() {
+            self.set_by_hand = false;
+        }
+        assert!(
+            self.store.lock.is_none() || !self.live().is_empty(),
+            "the key exists while a holding lives, and only then"
+        );
         let mut holders = self.live().len();
         let queued = self.queues.waiting(0, b"k");
         let step = store::hand_off(
@@ -236,6 +248,7 @@ impl World {
             Op::SetKeyExpiry { ttl } => {
                 if self.store.lock.is_some() {
                     self.store.expiry = ttl.map(|ms| self.now.saturating_add(ms));
+                    self.set_by_hand = true;
                 }
             }
             Op::Tick { ms } => self.now = self.now.saturating_add(ms),
