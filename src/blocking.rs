@@ -36,7 +36,7 @@
 
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_lock_core::cluster::migrating_target;
@@ -82,6 +82,8 @@ pub enum TimerJob {
     Timeouts,
     /// Scan on for locks whose holdings lapse (`crate::rescan`).
     Rescan,
+    /// Writes were paused when keys needed a look: look at them once they resume.
+    Paused,
 }
 
 /// Why a key was marked for a look from a timer.
@@ -93,6 +95,9 @@ enum Mark {
     Evicted,
     /// Written by `RESTORE` with holdings that lapse: watch them.
     Loaded,
+    /// A shared lock left this key with holdings, by no expiry or eviction (RENAME,
+    /// MOVE, DEL…): find where it went (`crate::rescan::lock_moved`).
+    Moved,
 }
 
 #[derive(Default)]
@@ -101,12 +106,47 @@ struct Waiting {
     /// Keys to look at from the next zero-delay timer.
     marked: Vec<(i32, Box<[u8]>, Mark)>,
     marked_timer_armed: bool,
+    /// Keys to look at once writes resume (`CLIENT PAUSE WRITE`, `FAILOVER`): one
+    /// timer retries for all of them, not one per key.
+    paused: HashSet<(i32, Box<[u8]>)>,
+    paused_timer_armed: bool,
     /// Waiters woken with a holding whose reply Redis has not sent yet.
     in_flight: HashMap<Blocked, (i32, Box<[u8]>, i64)>,
     /// The one timer that times waiters out.
     timeout_timer: Option<Armed>,
     /// The timer of each watched key (waiters, or shared holdings that lapse).
-    key_timers: HashMap<(i32, Box<[u8]>), Armed>,
+    key_timers: KeyTimers,
+}
+
+/// Timers by database, then key: looked up by a borrowed key, with no allocation on
+/// the refresh or release that finds its key's timer already due soon enough.
+#[derive(Default)]
+struct KeyTimers(HashMap<i32, HashMap<Box<[u8]>, Armed>>);
+
+impl KeyTimers {
+    fn get(&self, db: i32, key: &[u8]) -> Option<Armed> {
+        self.0.get(&db)?.get(key).copied()
+    }
+
+    fn insert(&mut self, db: i32, key: &[u8], armed: Armed) -> Option<Armed> {
+        self.0.entry(db).or_default().insert(key.into(), armed)
+    }
+
+    /// Forgets the timer of `key` if it is the one due at `due`.
+    fn fired(&mut self, db: i32, key: &[u8], due: i64) {
+        if let Some(timers) = self.0.get_mut(&db) {
+            if timers.get(key).is_some_and(|t| t.due == due) {
+                timers.remove(key);
+            }
+            if timers.is_empty() {
+                self.0.remove(&db);
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
 }
 
 thread_local! {
@@ -255,8 +295,8 @@ fn hand_off_refusing(ctx: Ctx, db: i32, key: &[u8], refusal: Option<Refusal>) ->
     }
     if ctx.writes_paused() {
         // Only timers get here during a pause (the commands that free a lock are
-        // writes, held back by it): look again shortly, until the pause ends.
-        watch(ctx, db, key, ctx.now_ms().saturating_add(PAUSED_RETRY_MS));
+        // writes, held back by it): look again once it ends.
+        look_when_writes_resume(ctx, db, key);
         return false;
     }
     let mut open = OpenKey::write_bytes(ctx, key);
@@ -424,7 +464,7 @@ pub fn watch_lapse(ctx: Ctx, db: i32, key: &[u8], next_lapse: Option<i64>) {
 fn watch(ctx: Ctx, db: i32, key: &[u8], due: i64) {
     let now = ctx.now_ms();
     let due = due.min(now.saturating_add(MAX_TIMER_DELAY_MS));
-    let current = with(|w| w.key_timers.get(&(db, Box::from(key))).copied()).flatten();
+    let current = with(|w| w.key_timers.get(db, key)).flatten();
     if !needs_arming(current, due) {
         return;
     }
@@ -436,7 +476,7 @@ fn watch(ctx: Ctx, db: i32, key: &[u8], due: i64) {
     let Some(id) = entry::start_timer(ctx, delay_until(now, due), job) else {
         return;
     };
-    let replaced = with(|w| w.key_timers.insert((db, key.into()), Armed { id, due })).flatten();
+    let replaced = with(|w| w.key_timers.insert(db, key, Armed { id, due })).flatten();
     if let Some(old) = replaced {
         entry::stop_timer(ctx, old.id);
     }
@@ -486,12 +526,16 @@ pub fn timer_fired(ctx: Ctx, job: TimerJob) {
     if job == TimerJob::Marked {
         with(|w| w.marked_timer_armed = false);
     }
+    if job == TimerJob::Paused {
+        with(|w| w.paused_timer_armed = false);
+    }
     if ctx.is_replica() {
         // Locks change on a replica only as its master decides: no hand-off, no
         // lapse, no take-back here.
         with(|w| {
             w.marked.clear();
             w.key_timers.clear();
+            w.paused.clear();
         });
         crate::rescan::stop();
         return;
@@ -500,12 +544,7 @@ pub fn timer_fired(ctx: Ctx, job: TimerJob) {
         TimerJob::Key { db, key, due } => {
             // This timer is the key's current one unless a sooner one replaced it
             // (stopped then).
-            with(|w| {
-                let entry = (db, key.clone());
-                if w.key_timers.get(&entry).is_some_and(|t| t.due == due) {
-                    w.key_timers.remove(&entry);
-                }
-            });
+            with(|w| w.key_timers.fired(db, &key, due));
             if ctx.select_db(db) {
                 look_at(ctx, db, &key);
             }
@@ -526,11 +565,26 @@ pub fn timer_fired(ctx: Ctx, job: TimerJob) {
                         hand_off_refusing(ctx, db, &key, Some(Refusal::OutOfMemory));
                     }
                     Mark::Loaded => look_at(ctx, db, &key),
+                    Mark::Moved => crate::rescan::lock_moved(ctx),
                     _ => hand_off_from_timer(ctx, db, &key),
                 }
             }
         }
         TimerJob::Rescan => crate::rescan::step(ctx),
+        TimerJob::Paused => {
+            if ctx.writes_paused() {
+                // Still paused: the keys wait on, untouched, for the next try.
+                with(|w| w.paused_timer_armed = true);
+                entry::start_timer(ctx, PAUSED_RETRY_MS, TimerJob::Paused);
+                return;
+            }
+            let keys = with(|w| std::mem::take(&mut w.paused)).unwrap_or_default();
+            for (db, key) in keys {
+                if ctx.select_db(db) {
+                    look_at(ctx, db, &key);
+                }
+            }
+        }
         TimerJob::Timeouts => {}
     }
 }
@@ -548,7 +602,7 @@ pub fn loaded(db: i32, key: Vec<u8>) {
 /// still needs it.
 fn look_at(ctx: Ctx, db: i32, key: &[u8]) {
     if ctx.writes_paused() {
-        watch(ctx, db, key, ctx.now_ms().saturating_add(PAUSED_RETRY_MS));
+        look_when_writes_resume(ctx, db, key);
         return;
     }
     let mut open = OpenKey::write_bytes(ctx, key);
@@ -559,6 +613,19 @@ fn look_at(ctx: Ctx, db: i32, key: &[u8]) {
     drop(open);
     watch_lapse(ctx, db, key, lapse);
     hand_off_from_timer(ctx, db, key);
+}
+
+/// Looks at `key` once writes resume: one timer, every `PAUSED_RETRY_MS` while the
+/// pause lasts, for every key that waits for it (a pause may outlast the TTLs of
+/// thousands of locks).
+fn look_when_writes_resume(ctx: Ctx, db: i32, key: &[u8]) {
+    let arm = with(|w| {
+        w.paused.insert((db, key.into()));
+        !std::mem::replace(&mut w.paused_timer_armed, true)
+    });
+    if arm == Some(true) {
+        entry::start_timer(ctx, PAUSED_RETRY_MS, TimerJob::Paused);
+    }
 }
 
 fn is_free(ctx: Ctx, key: &[u8]) -> bool {
@@ -639,13 +706,28 @@ fn mark(keys: impl IntoIterator<Item = (i32, Box<[u8]>, Mark)>) {
     }
 }
 
-/// Redis is removing the lock at `key` (DEL, UNLINK, RENAME, expiry, eviction…).
-/// Called from inside Redis's deletion, where writes are not allowed: a timer hands
-/// off right after.
-pub fn key_removed(db: i32, key: &[u8]) {
-    if waiters(db, key) > 0 && !is_deleting_here() {
+/// Redis is removing the lock at `key` (DEL, UNLINK, RENAME, expiry, eviction…),
+/// `shared` with holdings. Called from inside Redis's deletion, where writes are not
+/// allowed: a timer hands off right after, and looks for where a shared lock went
+/// unless the removal was its expiry or eviction ([`key_expired`]).
+pub fn key_removed(db: i32, key: &[u8], shared: bool) {
+    if is_deleting_here() {
+        return;
+    }
+    if waiters(db, key) > 0 {
         mark([(db, key.into(), Mark::Removed)]);
     }
+    if shared {
+        mark([(db, key.into(), Mark::Moved)]);
+    }
+}
+
+/// The lock just removed at `key` expired or was evicted: it went nowhere.
+pub fn key_expired(db: i32, key: &[u8]) {
+    with(|w| {
+        w.marked
+            .retain(|(d, k, mark)| !(*mark == Mark::Moved && *d == db && **k == *key))
+    });
 }
 
 /// Redis evicted the lock at `key` for memory (right after its removal).

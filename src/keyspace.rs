@@ -185,6 +185,7 @@ pub fn aux_load(io: &ModuleIo, encver: i32) -> bool {
 }
 
 /// Redis is removing the lock at `key` in database `db` from the keyspace.
-pub fn unlinked(db: i32, key: &RString) {
-    removals::lock_unlinked(db, key);
+pub fn unlinked(db: i32, key: &RString, lock: Option<&Lock>) {
+    let shared = lock.is_some_and(|lock| lock.mode() == Mode::Shared && !lock.is_empty());
+    removals::lock_unlinked(db, key, shared);
 }

@@ -21,10 +21,11 @@ thread_local! {
     static UNLINKED: RefCell<Option<HeldString>> = const { RefCell::new(None) };
 }
 
-/// Redis is removing the lock at `key` in database `db`. Not for a deletion by the
-/// module itself ([`blocking::deleting_here`]), which needs neither: no expiry or
-/// eviction event follows it, and its caller hands the key on.
-pub fn lock_unlinked(db: i32, key: &RString) {
+/// Redis is removing the lock at `key` in database `db`, `shared` with holdings.
+/// Not for a deletion by the module itself ([`blocking::deleting_here`]), which
+/// needs neither: no expiry or eviction event follows it, and its caller hands the
+/// key on.
+pub fn lock_unlinked(db: i32, key: &RString, shared: bool) {
     if blocking::is_deleting_here() {
         return;
     }
@@ -34,8 +35,8 @@ pub fn lock_unlinked(db: i32, key: &RString) {
             *unlinked = held;
         }
     });
-    // Whoever waits on it may get it now.
-    blocking::key_removed(db, key.as_bytes());
+    // Whoever waits on it may get it now; a shared lock may have moved.
+    blocking::key_removed(db, key.as_bytes(), shared);
 }
 
 /// Forgets the lock unlinked last (another event followed its removal).
@@ -61,11 +62,13 @@ pub fn keyspace_event(db: i32, event: &[u8], key: &RString) {
         b"expired" => {
             if take_unlinked(key) {
                 STATS.expirations.incr();
+                blocking::key_expired(db, key.as_bytes());
             }
         }
         b"evicted" => {
             if take_unlinked(key) {
                 STATS.evictions.incr();
+                blocking::key_expired(db, key.as_bytes());
                 blocking::key_evicted(db, key.as_bytes());
             }
         }

@@ -6,7 +6,7 @@
 //! clients are served in between, arms the key timer of each lock whose holdings
 //! lapse (`blocking::watch_lapse`), which removes them on time.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use crate::blocking::{watch_lapse, TimerJob};
 use crate::ffi::entry;
@@ -25,6 +25,8 @@ struct Scan {
 thread_local! {
     // Redis calls module code from its main thread only.
     static SCAN: RefCell<Option<Scan>> = const { RefCell::new(None) };
+    // A lock moved (RENAME, MOVE) while a scan ran, maybe into its visited part.
+    static AGAIN: Cell<bool> = const { Cell::new(false) };
 }
 
 fn replace(scan: Option<Scan>) -> Option<Scan> {
@@ -37,6 +39,7 @@ fn replace(scan: Option<Scan>) -> Option<Scan> {
 
 /// Starts the scan from the first database; a scan already running starts over.
 pub fn start(ctx: Ctx) {
+    AGAIN.with(|again| again.set(false));
     let Some(keys) = KeyScan::new() else {
         return;
     };
@@ -45,8 +48,22 @@ pub fn start(ctx: Ctx) {
     }
 }
 
+/// A shared lock left its key other than by expiry, eviction or the module's own
+/// deletion: RENAME or MOVE took it where no timer watches its lapses (or DEL, an
+/// overwrite: the scan then finds nothing). Scans now, or once more after the scan
+/// that runs: never more than one pass behind, however many keys move.
+pub fn lock_moved(ctx: Ctx) {
+    let running = SCAN.with(|cell| cell.try_borrow().map_or(true, |s| s.is_some()));
+    if running {
+        AGAIN.with(|again| again.set(true));
+    } else {
+        start(ctx);
+    }
+}
+
 /// Ends the scan (a replica leaves lapses to its master).
 pub fn stop() {
+    AGAIN.with(|again| again.set(false));
     replace(None);
 }
 
@@ -57,7 +74,11 @@ pub fn step(ctx: Ctx) {
         return;
     };
     if !ctx.select_db(at.db) {
-        return; // past the last database: done
+        // Past the last database: done, unless a lock moved meanwhile.
+        if AGAIN.with(|again| again.replace(false)) {
+            start(ctx);
+        }
+        return;
     }
     let mut lapsing = Vec::new();
     let step = at.keys.step(ctx, KEYS_PER_STEP, &mut |key, lock| {

@@ -671,3 +671,28 @@ fn a_lapsed_permit_stays_free_when_a_pexpire_comes_before_the_module_removed_it(
         .unwrap()
         .is_some());
 }
+
+#[test]
+fn a_renamed_or_moved_shared_lock_removes_its_lapses_and_goes_with_its_last_holding() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire_with(&mut con, "doc", "keeper", 600_000, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    acquire_with(&mut con, "doc", "short", 300, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    let _: () = query(&mut con, &["RENAME", "doc", "renamed"]).unwrap();
+    // Lengthened by hand, then moved: only its holding's lapse can end it.
+    acquire_with(&mut con, "once", "r1", 300, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    let _: i64 = query(&mut con, &["PERSIST", "once"]).unwrap();
+    let _: i64 = query(&mut con, &["MOVE", "once", "1"]).unwrap();
+    wait_until(Duration::from_secs(5), || {
+        lock_stat(&mut con, "expirations") == 2
+    });
+    assert_eq!(owners(&mut con, "renamed"), ["keeper"]);
+    let _: () = query(&mut con, &["SELECT", "1"]).unwrap();
+    assert_eq!(dbsize(&mut con), 0, "nothing of the moved lock is left");
+}

@@ -111,7 +111,7 @@ pub fn settle(store: &mut impl Store, now_ms: i64) -> Result<Vec<Lapsed>, StoreE
     let rest = lock.key_expiry(None);
     match rest {
         None => done(store.delete())?,
-        Some(at) => done(store.set_key_expiry(at))?,
+        Some(at) => shared_key_expiry_at(store, at)?,
     }
     Ok(lapsed)
 }
@@ -142,12 +142,25 @@ fn move_expiry(
     expires_at: i64,
     key_expires_at: i64,
 ) -> Result<(), StoreError> {
-    if mode == Mode::Shared {
-        if let Some(lock) = store.lock_mut() {
-            lock.set_shared_expiry(owner, expires_at);
+    match mode {
+        Mode::Shared => {
+            if let Some(lock) = store.lock_mut() {
+                lock.set_shared_expiry(owner, expires_at);
+            }
+            shared_key_expiry_at(store, key_expires_at)
         }
+        Mode::Exclusive => done(store.set_key_expiry(key_expires_at)),
     }
-    done(store.set_key_expiry(key_expires_at))
+}
+
+/// Sets a shared lock's key expiry, unless it is already that: the rules read it
+/// before (see [`held`]), and a holding that leaves or moves mostly leaves the last
+/// one where it was.
+fn shared_key_expiry_at(store: &mut impl Store, at: i64) -> Result<(), StoreError> {
+    if store.key_expiry() == Some(at) {
+        return Ok(());
+    }
+    done(store.set_key_expiry(at))
 }
 
 /// LOCK.ACQUIRE, applied (see [`plan_acquire`]).
@@ -220,7 +233,7 @@ pub fn release(
             if let Some(lock) = store.lock_mut() {
                 lock.remove(owner);
             }
-            done(store.set_key_expiry(key_expires_at))?;
+            shared_key_expiry_at(store, key_expires_at)?;
         }
     }
     Ok(plan)

@@ -41,15 +41,15 @@ fn release(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     let now = || (!replaying).then(|| ctx.now_ms());
     // The hand-off below follows at once.
     let plan = blocking::deleting_here(|| store::release(&mut open, owner, now))?;
-    let next_lapse = blocking::next_lapse(&open);
     drop(open);
     let db = ctx.selected_db();
     match plan {
         ReleasePlan::NotHeld => return Ok(Reply::Integer(0)),
         ReleasePlan::DeleteKey => propagate::release_as_called(ctx, Arg::Str(key), true),
+        // The key's lapse timer stays as it was: it is due by the earliest expiry of
+        // the holdings, which a holding that leaves can only make later.
         ReleasePlan::RemoveHolding { .. } => {
-            propagate::release_as_called(ctx, Arg::Str(key), false);
-            blocking::watch_lapse(ctx, db, key.as_bytes(), next_lapse);
+            propagate::release_as_called(ctx, Arg::Str(key), false)
         }
     }
     if !replaying {

@@ -294,12 +294,14 @@ extern "C" fn free(value: *mut c_void) {
 
 /// Redis is removing a lock from the keyspace: DEL, UNLINK, RENAME, MOVE, expiry,
 /// eviction, an overwrite, or a release (not FLUSHALL, which has its own event).
-extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
+extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     guarded((), || {
         let key = call!(RedisModule_GetKeyNameFromOptCtx(ctx) else ptr::null());
         let db = call!(RedisModule_GetDbIdFromOptCtx(ctx) else 0);
+        // SAFETY: a value of our type, as Redis passes it.
+        let lock = unsafe { as_lock(value) };
         if let Some(key) = RString::from_ptr(key.cast_mut()) {
-            removals::lock_unlinked(db, key);
+            keyspace::unlinked(db, key, lock);
         }
     })
 }

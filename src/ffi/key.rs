@@ -1,6 +1,7 @@
 //! An open key of the keyspace, closed when dropped; the [`Store`] the lock rules
 //! apply through.
 
+use std::cell::Cell;
 use std::ffi::c_void;
 
 use redis_lock_core::store::Store;
@@ -34,6 +35,10 @@ pub struct OpenKey<'c> {
     /// the writes through this `OpenKey` (nothing else writes the key meanwhile): the
     /// lock value (null when empty), or `Err` for a value of another type.
     value: Result<*mut c_void, ()>,
+    /// The key's expiry once read (the outer `None`: not read yet), kept up to date
+    /// by the writes through this `OpenKey` as `value` is: each read is a lookup in
+    /// Redis's expires table.
+    expiry: Cell<Option<Option<i64>>>,
 }
 
 impl<'c> OpenKey<'c> {
@@ -74,6 +79,7 @@ impl<'c> OpenKey<'c> {
             owns_name,
             modified: false,
             value: look_up(key),
+            expiry: Cell::new(None),
         }
     }
 
@@ -112,6 +118,7 @@ impl<'c> OpenKey<'c> {
             return false;
         }
         self.value = Ok(value.cast::<c_void>());
+        self.expiry.set(Some(None));
         self.modified = true;
         true
     }
@@ -121,6 +128,8 @@ impl<'c> OpenKey<'c> {
         let set = !self.key.is_null()
             && call!(RedisModule_SetAbsExpire(self.key, at) else super::ERR) == OK;
         self.modified |= set;
+        // Not known when it failed: read again.
+        self.expiry.set(set.then_some(Some(at)));
         set
     }
 
@@ -129,8 +138,13 @@ impl<'c> OpenKey<'c> {
         if self.key.is_null() {
             return None;
         }
+        if let Some(known) = self.expiry.get() {
+            return known;
+        }
         let at = call!(RedisModule_GetAbsExpire(self.key) else raw::REDISMODULE_NO_EXPIRE as i64);
-        (at != raw::REDISMODULE_NO_EXPIRE as i64).then_some(at)
+        let at = (at != raw::REDISMODULE_NO_EXPIRE as i64).then_some(at);
+        self.expiry.set(Some(at));
+        at
     }
 
     pub fn delete(&mut self) -> bool {
@@ -138,6 +152,7 @@ impl<'c> OpenKey<'c> {
             !self.key.is_null() && call!(RedisModule_DeleteKey(self.key) else super::ERR) == OK;
         if deleted {
             self.value = Ok(std::ptr::null_mut());
+            self.expiry.set(Some(None));
             self.modified = true;
         }
         deleted
