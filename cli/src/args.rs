@@ -51,7 +51,8 @@ pub struct Connection {
 pub enum Target {
     Url(redis::Client),
     Sentinel(Sentinel),
-    Cluster(redis::cluster::ClusterClient),
+    /// Boxed: a cluster client with TLS is twice the others' size.
+    Cluster(Box<redis::cluster::ClusterClient>),
 }
 
 impl Connection {
@@ -64,7 +65,7 @@ impl Connection {
         }
         if self.cluster {
             return redis::cluster::ClusterClient::new(vec![self.url.as_str()])
-                .map(Target::Cluster)
+                .map(|cluster| Target::Cluster(Box::new(cluster)))
                 .map_err(|e| format!("bad --url {:?}: {e}", self.url));
         }
         redis::Client::open(self.url.as_str())
