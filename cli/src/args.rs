@@ -29,6 +29,8 @@ pub struct Cli {
 #[derive(Args, Debug)]
 pub struct Connection {
     /// The server, as a redis:// or rediss:// (TLS) URL; the seed node with --cluster.
+    /// TLS checks the certificate against the system's roots (or SSL_CERT_FILE's);
+    /// rediss://HOST:PORT/#insecure skips the check.
     #[arg(
         long,
         env = "REDIS_URL",
