@@ -37,6 +37,9 @@ fn main() {
     };
     let events = Events::new(cli.quiet);
     events.install_tracing();
+    // rediss:// URLs: rustls's crypto, ring's, for the whole process (redis-rs builds its
+    // TLS configurations on the process default). Fails only if one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -66,7 +69,7 @@ async fn dispatch(cli: Cli, events: Events) -> i32 {
         Target::Sentinel(sentinel) => {
             on(LockClient::<Sentinel>::new(sentinel), cli.command, events).await
         }
-        Target::Cluster(cluster) => on(LockClient::new(cluster), cli.command, events).await,
+        Target::Cluster(cluster) => on(LockClient::new(*cluster), cli.command, events).await,
     }
 }
 

@@ -5,6 +5,10 @@
 //! process this launcher spawned, so a port taken by someone else is never mistaken
 //! for ours.
 //!
+//! With the `tls` feature, [`Config::tls`] makes a server that also listens for TLS on
+//! a second port, with a CA and a server certificate made for it at start (the plain
+//! port stays, for the readiness check and for tests that look on).
+//!
 //! `REDIS_SERVER` picks another server binary (a Redis 7.2, 8.x or Valkey build);
 //! `REDIS_LOCK_MODULE` another module file.
 
@@ -79,6 +83,8 @@ pub struct Config {
     pub preload: Vec<PathBuf>,
     /// Environment variables of the server process.
     pub env: Vec<(String, String)>,
+    /// Also listen for TLS ([`Config::tls`]).
+    pub tls: bool,
 }
 
 impl Config {
@@ -124,6 +130,15 @@ impl Config {
         self
     }
 
+    /// Also listen for TLS on [`Server::tls_port`], with a server certificate for
+    /// `localhost` and `127.0.0.1` signed by a CA made for this server
+    /// ([`Server::tls_ca`]); clients need no certificate of their own.
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
+        self
+    }
+
     /// Append-only file, fsynced on every write, no RDB snapshots.
     pub fn aof(self) -> Self {
         self.set("appendonly", "yes").set("appendfsync", "always")
@@ -134,6 +149,8 @@ impl Config {
 pub struct Server {
     child: Option<Child>,
     pub port: u16,
+    /// The TLS port of a server started with [`Config::tls`].
+    pub tls_port: Option<u16>,
     config: Config,
     dir: TempDir,
 }
@@ -156,9 +173,19 @@ impl Server {
             copy_into(path, dir.path())
                 .map_err(|e| format!("preloading {}: {e}", path.display()))?;
         }
+        if config.tls {
+            tls::write_certificates(&dir.path().join(tls::DIR))
+                .map_err(|e| format!("making the TLS certificates: {e}"))?;
+        }
         let mut last_error = String::new();
         for _ in 0..20 {
             let port = portpicker::pick_unused_port().expect("a free port");
+            let tls_port = config.tls.then(|| loop {
+                let tls_port = portpicker::pick_unused_port().expect("a free port");
+                if tls_port != port {
+                    break tls_port;
+                }
+            });
             // A cluster node also listens on port + 10000 (the cluster bus).
             let clustered = config
                 .settings
@@ -167,11 +194,12 @@ impl Server {
             if clustered && (port > 55_000 || !port_free(port + 10_000)) {
                 continue;
             }
-            match spawn(dir.path(), port, &config) {
+            match spawn(dir.path(), port, tls_port, &config) {
                 Ok(child) => {
                     return Ok(Server {
                         child: Some(child),
                         port,
+                        tls_port,
                         config,
                         dir,
                     })
@@ -195,6 +223,18 @@ impl Server {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The `rediss://` URL of the TLS port (certificates checked against
+    /// [`Server::tls_ca`]; add `#insecure` to skip the check).
+    pub fn tls_url(&self) -> String {
+        let port = self.tls_port.expect("a server started with Config::tls");
+        format!("rediss://127.0.0.1:{port}/")
+    }
+
+    /// The PEM file of the CA that signed the TLS port's certificate.
+    pub fn tls_ca(&self) -> PathBuf {
+        self.dir.path().join(tls::DIR).join(tls::CA)
     }
 
     pub fn client(&self) -> redis::Client {
@@ -251,7 +291,7 @@ impl Server {
     /// or AOF), after killing it if it still runs.
     pub fn restart(&mut self) {
         self.kill();
-        let child = spawn(self.dir.path(), self.port, &self.config)
+        let child = spawn(self.dir.path(), self.port, self.tls_port, &self.config)
             .unwrap_or_else(|error| panic!("redis-server did not restart: {error}"));
         self.child = Some(child);
     }
@@ -341,7 +381,7 @@ fn port_free(port: u16) -> bool {
     std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
-fn spawn(dir: &Path, port: u16, config: &Config) -> Result<Child, String> {
+fn spawn(dir: &Path, port: u16, tls_port: Option<u16>, config: &Config) -> Result<Child, String> {
     let binary = config.binary.clone().unwrap_or_else(server_binary);
     let mut command = Command::new(&binary);
     command
@@ -358,6 +398,15 @@ fn spawn(dir: &Path, port: u16, config: &Config) -> Result<Child, String> {
             .arg("--loadmodule")
             .arg(config.module.clone().unwrap_or_else(module_path))
             .args(&config.module_args);
+    }
+    if let Some(tls_port) = tls_port {
+        let file = |name: &str| dir.join(tls::DIR).join(name).display().to_string();
+        command
+            .args(["--tls-port", &tls_port.to_string()])
+            .args(["--tls-cert-file", &file(tls::CERT)])
+            .args(["--tls-key-file", &file(tls::KEY)])
+            .args(["--tls-ca-cert-file", &file(tls::CA)])
+            .args(["--tls-auth-clients", "no"]);
     }
     for (name, value) in &config.settings {
         command.arg(format!("--{name}")).arg(value);
@@ -785,5 +834,46 @@ fn rdb_len(len: u64) -> Vec<u8> {
         64..=16383 => vec![0x40 | (len >> 8) as u8, len as u8],
         16384..=0xffff_ffff => [&[0x80][..], &(len as u32).to_be_bytes()].concat(),
         _ => [&[0x81][..], &len.to_be_bytes()].concat(),
+    }
+}
+
+/// The certificates of a TLS server, made fresh in its directory: nothing secret is
+/// kept in the repository.
+mod tls {
+    pub const DIR: &str = "tls";
+    pub const CA: &str = "ca.crt";
+    pub const CERT: &str = "server.crt";
+    pub const KEY: &str = "server.key";
+
+    #[cfg(feature = "tls")]
+    pub fn write_certificates(dir: &std::path::Path) -> Result<(), String> {
+        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+        let error = |e: rcgen::Error| e.to_string();
+        let mut ca = CertificateParams::new(Vec::new()).map_err(error)?;
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "redis-lock testkit CA");
+        let ca =
+            CertifiedIssuer::self_signed(ca, KeyPair::generate().map_err(error)?).map_err(error)?;
+        let key = KeyPair::generate().map_err(error)?;
+        let server = CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])
+            .map_err(error)?
+            .signed_by(&key, &ca)
+            .map_err(error)?;
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        for (name, pem) in [
+            (CA, ca.pem()),
+            (CERT, server.pem()),
+            (KEY, key.serialize_pem()),
+        ] {
+            std::fs::write(dir.join(name), pem).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Without the feature no [`Config`](super::Config) asks for TLS.
+    #[cfg(not(feature = "tls"))]
+    pub fn write_certificates(_: &std::path::Path) -> Result<(), String> {
+        Err("redis-lock-testkit was built without its tls feature".into())
     }
 }
