@@ -233,8 +233,8 @@ impl Lock {
         self.len() == 0
     }
 
-    /// The key's expiry for these holdings: the latest shared one ([`NO_EXPIRY`]
-    /// for none), or (exclusive) the key's own.
+    /// The key's expiry for these holdings: the latest shared one, or (exclusive)
+    /// the key's own.
     pub fn key_expiry(&self, key_expires_at: Option<i64>) -> Option<i64> {
         match self {
             Lock::Exclusive { .. } => key_expires_at,
