@@ -41,7 +41,7 @@ counts() (
     gen "$2" | redis-cli -p "$port" --pipe >/dev/null
     callgrind_control -d "$vg" >/dev/null 2>&1
     callgrind_annotate --inclusive=yes --auto=no "$(ls -t "$dir"/callgrind.out* | head -1)" 2>/dev/null \
-      | awk -v n="$N" '/[:]call \[/ { gsub(",", "", $1); printf "%.0f", $1 / n; exit }'
+      | awk -v n="$N" '!done && /[:]call \[/ { gsub(",", "", $1); printf "%.0f", $1 / n; done = 1 }'
   }
   held="LOCK.ACQUIRE lk:x%012d $OWNER 3600000"
   echo "$(one "" "LOCK.ACQUIRE lk:x%012d $OWNER 100000")" \
