@@ -156,17 +156,8 @@ impl Lock {
         }
     }
 
-    /// Ends every shared holding by the key's expiry, for good (before a write, so
-    /// that the stored holdings are those that held); true if any moved.
-    pub fn follow_key_expiry(&mut self, key_expires_at: Option<i64>) -> bool {
-        let cap = self.key_cap(key_expires_at);
-        if let Some(cap) = cap {
-            self.cap_expiries(cap);
-        }
-        cap.is_some()
-    }
-
-    fn cap_expiries(&mut self, cap: i64) {
+    /// Ends every shared holding by `cap` at the latest (a [`Lock::key_cap`]).
+    pub fn cap_expiries(&mut self, cap: i64) {
         if let Lock::Shared(holdings) = self {
             for holding in holdings {
                 holding.expires_at = holding.expires_at.min(cap);

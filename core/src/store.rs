@@ -42,12 +42,13 @@ pub fn held(store: &impl Store) -> Option<Cow<'_, Lock>> {
 /// Never a write on its own (a miss changes nothing), and run by replicas and the
 /// AOF before the same writes, so they store what the master stores.
 pub fn follow_key_expiry(store: &mut impl Store) {
-    if !matches!(store.lock(), Some(Lock::Shared(_))) {
-        return;
-    }
-    let key_expires_at = store.key_expiry();
-    if let Some(lock) = store.lock_mut() {
-        lock.follow_key_expiry(key_expires_at);
+    // Only a shared lock reads the key's expiry: an exclusive one's is its own.
+    let cap = match store.lock() {
+        Some(lock @ Lock::Shared(_)) => lock.key_cap(store.key_expiry()),
+        _ => None,
+    };
+    if let (Some(cap), Some(lock)) = (cap, store.lock_mut()) {
+        lock.cap_expiries(cap);
     }
 }
 
