@@ -20,10 +20,7 @@ pub mod removals;
 pub mod rescan;
 pub mod state;
 
-use redis_module::{configuration::ConfigurationFlags, redis_module, Context, RedisString, Status};
-
-use crate::ffi::entry::LOCK_TYPE;
-use crate::state::{DEFAULT_MAX_OWNER_LEN, MAX_OWNER_LEN, MAX_TTL, OWNER_LEN_CEILING};
+use redis_module::{redis_module, Context, RedisString, Status};
 
 // The Redis allocator is only there inside redis-server; unit tests and fuzz targets
 // use the system's.
@@ -47,18 +44,10 @@ redis_module! {
     name: "lock",
     version: 1,
     allocator: (ModuleAllocator, ModuleAllocator),
-    data_types: [LOCK_TYPE],
+    // The data type and the configs are registered by `init` itself, configs first:
+    // the macro would create the type before the configs, and ignore the result of
+    // loading them (see `ffi::config`).
+    data_types: [],
     init: init,
     commands: [],
-    configurations: [
-        i64: [
-            ["max-ttl", &MAX_TTL, 0, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
-            ["max-owner-len", &MAX_OWNER_LEN, DEFAULT_MAX_OWNER_LEN, 1, OWNER_LEN_CEILING, ConfigurationFlags::DEFAULT, None],
-        ],
-        string: [],
-        bool: [],
-        enum: [],
-        // Load arguments are read by `init`, which refuses unknown ones.
-        module_args_as_configuration: false,
-    ]
 }

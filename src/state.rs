@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use redis_lock_core::args::{parse_i64, Limits};
+use redis_lock_core::args::{parse_i64, Limits, MAX_DURATION_MS};
 use redis_lock_core::{Stats, TokenMint};
 
 pub static MINT: TokenMint = TokenMint::new();
@@ -42,7 +42,7 @@ pub static SETTINGS: [Setting; 2] = [
         name: "max-ttl",
         value: &MAX_TTL,
         min: 0,
-        max: i64::MAX,
+        max: MAX_DURATION_MS,
     },
     Setting {
         name: "max-owner-len",
@@ -52,6 +52,40 @@ pub static SETTINGS: [Setting; 2] = [
     },
 ];
 
+impl Setting {
+    /// Reads a value for this setting: an integer in its bounds, or why not (the
+    /// setting, the value as given and the range, for the log and `CONFIG SET`).
+    pub fn parse(&self, value: &[u8]) -> Result<i64, String> {
+        match parse_i64(value) {
+            Some(n) if (self.min..=self.max).contains(&n) => Ok(n),
+            _ => Err(format!(
+                "invalid value '{}' for lock.{}: expected an integer from {} to {}",
+                shown(value),
+                self.name,
+                self.min,
+                self.max
+            )),
+        }
+    }
+
+    /// Sets it from `value`, or changes nothing and says why.
+    pub fn set(&self, value: &[u8]) -> Result<(), String> {
+        let n = self.parse(value)?;
+        self.value.store(n, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// An argument as the log shows it: lossy text with control bytes escaped, cut short.
+fn shown(arg: &[u8]) -> String {
+    let text = String::from_utf8_lossy(arg);
+    let mut shown: String = text.chars().take(64).flat_map(char::escape_debug).collect();
+    if text.chars().nth(64).is_some() {
+        shown.push_str("...");
+    }
+    shown
+}
+
 /// Reads `loadmodule … NAME VALUE …`: pairs of a setting's name (with or without
 /// `lock.`) and an integer in its bounds. Any unknown name, bad value or lone name
 /// refuses the whole load (as Redis refuses an unknown directive), with the reason.
@@ -59,7 +93,6 @@ pub fn parse_load_args(args: &[&[u8]]) -> Result<Vec<(&'static Setting, i64)>, S
     let mut chosen = Vec::new();
     let mut pairs = args.chunks(2);
     for pair in &mut pairs {
-        let shown = |arg: &[u8]| String::from_utf8_lossy(arg).escape_debug().to_string();
         let [name, value] = pair else {
             let name = pair.first().map_or(String::new(), |n| shown(n));
             return Err(format!("load argument '{name}' has no value"));
@@ -73,18 +106,7 @@ pub fn parse_load_args(args: &[&[u8]]) -> Result<Vec<(&'static Setting, i64)>, S
                 known.join(", ")
             ));
         };
-        match parse_i64(value) {
-            Some(n) if (setting.min..=setting.max).contains(&n) => chosen.push((setting, n)),
-            _ => {
-                return Err(format!(
-                    "invalid value '{}' for load argument {}: expected an integer from {} to {}",
-                    shown(value),
-                    setting.name,
-                    setting.min,
-                    setting.max
-                ))
-            }
-        }
+        chosen.push((setting, setting.parse(value)?));
     }
     Ok(chosen)
 }

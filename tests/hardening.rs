@@ -381,6 +381,83 @@ fn a_bad_load_argument_refuses_the_load_and_says_why() {
     assert_eq!(ttl, ["lock.max-ttl", "5000"]);
 }
 
+/// A bad `lock.*` config value (in redis.conf, on the command line, or in
+/// `MODULE LOADEX … CONFIG`) refuses the load cleanly on every server: the reason in
+/// the log names the config, the value and the range, and nothing stays loaded. Redis
+/// 7.2+ and Valkey 8 used to crash here (the load reported success with the configs
+/// unset, then the server's own unload of a module with a data type crashed).
+#[test]
+fn a_bad_config_value_refuses_the_load_cleanly_and_says_why() {
+    for (name, value, range) in [
+        ("lock.max-ttl", "abc", "from 0 to 4611686018427387903"),
+        ("lock.max-ttl", "-5", "from 0 to 4611686018427387903"),
+        ("lock.max-owner-len", "0", "from 1 to 1048576"),
+        (
+            "lock.max-owner-len",
+            "99999999999999999999",
+            "from 1 to 1048576",
+        ),
+    ] {
+        let reason = format!("invalid value '{value}' for {name}: expected an integer {range}");
+        let error = match Server::try_with(Config::default().set(name, value)) {
+            Ok(_) => panic!("{name} {value}: the server started"),
+            Err(error) => error,
+        };
+        assert!(error.contains(&reason), "{name} {value}: {error}");
+
+        let server = Server::with(
+            Config::default()
+                .without_module()
+                .set("enable-module-command", "yes"),
+        );
+        let mut con = server.connection();
+        let module = module_path();
+        let module = module.to_str().unwrap();
+        let refused = query::<Value>(
+            &mut con,
+            &["MODULE", "LOADEX", module, "CONFIG", name, value],
+        );
+        assert!(refused.is_err(), "{name} {value}: {refused:?}");
+        let modules: Vec<Value> = query(&mut con, &["MODULE", "LIST"]).unwrap();
+        assert!(
+            modules.is_empty(),
+            "{name} {value}: left loaded: {modules:?}"
+        );
+        assert!(
+            server.log().contains(&reason),
+            "{name} {value}: {}",
+            server.log()
+        );
+        // Nothing half-loaded: the module loads afterwards, with a good value.
+        let _: () = query(
+            &mut con,
+            &["MODULE", "LOADEX", module, "CONFIG", name, "5000"],
+        )
+        .unwrap();
+        let shown: Vec<String> = query(&mut con, &["CONFIG", "GET", name]).unwrap();
+        assert_eq!(shown, [name, "5000"]);
+        assert!(acquire(&mut con, "k", "a", 1000).is_some());
+    }
+}
+
+/// `CONFIG SET` of a bad value answers why, in the same words, and changes nothing.
+#[test]
+fn a_bad_config_set_names_the_value_and_the_range() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let _: () = query(&mut con, &["CONFIG", "SET", "lock.max-ttl", "7000"]).unwrap();
+    for value in ["abc", "-1", "4611686018427387904", ""] {
+        let error =
+            query::<Value>(&mut con, &["CONFIG", "SET", "lock.max-ttl", value]).unwrap_err();
+        let expected = format!(
+            "invalid value '{value}' for lock.max-ttl: expected an integer from 0 to 4611686018427387903"
+        );
+        assert!(error.to_string().contains(&expected), "{value}: {error}");
+    }
+    let shown: Vec<String> = query(&mut con, &["CONFIG", "GET", "lock.max-ttl"]).unwrap();
+    assert_eq!(shown, ["lock.max-ttl", "7000"]);
+}
+
 #[test]
 fn lowering_max_owner_len_strands_no_holder() {
     let server = Server::start();

@@ -19,6 +19,7 @@ use std::ptr;
 use redis_module::{native_types::RedisType, raw};
 
 use super::block::{take_payload, BlockCallbacks, Blocked};
+use super::config;
 use super::datatype::{self, AofRewrite, Digest, ModuleIo};
 use super::{call, guarded, Argv, Ctx, RString, ERR, OK};
 use crate::blocking::{self, Outcome, TimerJob};
@@ -28,9 +29,11 @@ use redis_lock_core::Lock;
 
 // --- loading -------------------------------------------------------------------
 
-/// The module's load, after the crate registered the data type and configs: checks
-/// the server, reads the load arguments, registers the rest. `Err` logs its reason
-/// and refuses the load.
+/// The module's load: checks the server, loads the configs and then the load
+/// arguments, and only then registers the data type and the rest. `Err` logs its
+/// reason and refuses the load; Redis then unloads the module whole (a refusal after
+/// the data type exists would go through Redis's post-load unload, which cannot
+/// unload a module with a data type and crashes on 7.2+).
 pub fn load(ctx: &redis_module::Context, args: &[&[u8]]) -> Result<(), String> {
     let missing = super::missing_required_apis();
     if !missing.is_empty() {
@@ -39,15 +42,19 @@ pub fn load(ctx: &redis_module::Context, args: &[&[u8]]) -> Result<(), String> {
             missing.join(", ")
         ));
     }
+    // SAFETY: the context Redis passed to the module's OnLoad (the crate's `Context`
+    // wraps it for the call), used during it.
+    let ctx = unsafe { Ctx::from_raw(ctx.ctx) };
+    config::register_and_load::<LockSettings>(ctx)?;
     for (setting, value) in state::parse_load_args(args)? {
         setting
             .value
             .store(value, std::sync::atomic::Ordering::Relaxed);
     }
-    // SAFETY: the context Redis passed to the module's OnLoad (the crate's `Context`
-    // wraps it for the call), used during it.
-    let ctx = unsafe { Ctx::from_raw(ctx.ctx) };
     super::log_panics();
+    LOCK_TYPE
+        .create_data_type(ctx.raw())
+        .map_err(|reason| format!("could not create the data type: {reason}"))?;
     datatype::set_lock_type(
         LOCK_TYPE
             .raw_type
@@ -72,6 +79,32 @@ pub fn load(ctx: &redis_module::Context, args: &[&[u8]]) -> Result<(), String> {
     }
     warn_if_locks_can_be_evicted(ctx);
     Ok(())
+}
+
+/// The `lock.*` configs, as `ffi::config` registers them.
+struct LockSettings;
+
+impl config::Settings for LockSettings {
+    const COUNT: usize = state::SETTINGS.len();
+
+    fn name(index: usize) -> &'static str {
+        state::SETTINGS.get(index).map_or("", |s| s.name)
+    }
+
+    fn show(index: usize) -> String {
+        state::SETTINGS.get(index).map_or(String::new(), |s| {
+            s.value
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .to_string()
+        })
+    }
+
+    fn set(index: usize, value: &[u8]) -> Result<(), String> {
+        state::SETTINGS
+            .get(index)
+            .ok_or_else(|| "unknown config".to_string())?
+            .set(value)
+    }
 }
 
 // --- commands ------------------------------------------------------------------

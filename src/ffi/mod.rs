@@ -8,6 +8,7 @@
 //! practice.
 
 pub mod block;
+pub mod config;
 pub mod datatype;
 pub mod entry;
 pub mod key;
@@ -127,6 +128,9 @@ pub fn missing_required_apis() -> Vec<&'static str> {
         RedisModule_CallReplyStringPtr,
         RedisModule_CallReplyInteger,
         RedisModule_FreeCallReply,
+        RedisModule_RegisterStringConfig,
+        RedisModule_LoadConfigs,
+        RedisModule_CreateDataType,
     )
 }
 
