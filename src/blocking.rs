@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_lock_core::cluster::migrating_target;
 use redis_lock_core::handoff::{plan_hand_off, Answer, HandOff, Refusal};
-use redis_lock_core::queue::{Queues, Waiter};
+use redis_lock_core::queue::{Departed, Queues, Waiter};
 use redis_lock_core::rules::fits;
 use redis_lock_core::store::{self, Store};
 use redis_lock_core::timers::{delay_until, expiry_due, needs_arming, Armed, MAX_TIMER_DELAY_MS};
@@ -89,7 +89,8 @@ pub enum TimerJob {
 /// Why a key was marked for a look from a timer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mark {
-    /// Removed from the keyspace (DEL, RENAME, MOVE, flush…): hand it off.
+    /// Removed from the keyspace (DEL, RENAME, MOVE, flush…), or its first waiter
+    /// left without the lock: hand it off.
     Removed,
     /// Evicted for memory: its waiters get the OOM error, not the lock.
     Evicted,
@@ -506,10 +507,11 @@ fn arm_timeouts(ctx: Ctx) {
 /// Answers every waiter whose deadline has passed with the null reply.
 fn time_out_waiters(ctx: Ctx) {
     let now = ctx.now_ms();
-    while let Some((_, _, waiter)) = with(|w| w.queues.pop_timed_out(now)).flatten() {
+    while let Some(departed) = with(|w| w.queues.pop_timed_out(now)).flatten() {
         STATS.waiters.decr();
         STATS.wait_timeouts.incr();
-        waiter.handle.answer(Outcome::TimedOut);
+        departed.waiter.handle.answer(Outcome::TimedOut);
+        hand_off_behind(&departed);
     }
     arm_timeouts(ctx);
 }
@@ -757,14 +759,25 @@ pub fn flushed(db: Option<i32>) {
 /// with a client that never learned it has it. Returns true if it was still
 /// waiting (Redis then needs its handle released; an answered one was released).
 pub fn left(ctx: Ctx, handle: Blocked) -> bool {
-    let was_waiting = with(|w| w.queues.remove(handle)).flatten().is_some();
-    if was_waiting {
+    let departed = with(|w| w.queues.depart(handle)).flatten();
+    let was_waiting = departed.is_some();
+    if let Some(departed) = departed {
         STATS.waiters.decr();
+        hand_off_behind(&departed);
     }
     if let Some((db, key, token)) = with(|w| w.in_flight.remove(&handle)).flatten() {
         entry::start_timer(ctx, 0, TimerJob::Undelivered { db, key, token });
     }
     was_waiting
+}
+
+/// A waiter left the head of its queue without the lock: the waiters behind it may
+/// fit now, and are granted from the zero-delay timer (a disconnect or an unblock
+/// callback may not write), not at the key's next look.
+fn hand_off_behind(departed: &Departed<Blocked>) {
+    if departed.new_head {
+        mark([(departed.db, departed.key.clone(), Mark::Removed)]);
+    }
 }
 
 /// The reply of a woken waiter is being sent.

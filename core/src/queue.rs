@@ -60,6 +60,19 @@ impl<W> Queue<W> {
     }
 }
 
+/// A waiter that left its queue without the lock (timed out, disconnected,
+/// unblocked), and what it leaves behind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Departed<W> {
+    pub db: i32,
+    pub key: Box<[u8]>,
+    pub waiter: Waiter<W>,
+    /// It was first in its key's queue and others wait behind it: the new first
+    /// waiter may fit where it did not (a writer left before readers, a semaphore's
+    /// large request before small ones), so the glue hands off at once.
+    pub new_head: bool,
+}
+
 /// All queues of the server.
 #[derive(Debug)]
 pub struct Queues<W> {
@@ -195,8 +208,28 @@ impl<W: Copy + Eq + Hash> Queues<W> {
 
     /// Removes a waiter wherever it is queued (it disconnected or was unblocked).
     pub fn remove(&mut self, handle: W) -> Option<Waiter<W>> {
+        self.depart(handle).map(|departed| departed.waiter)
+    }
+
+    /// Removes a waiter wherever it is queued, saying whether its key has a new
+    /// first waiter.
+    pub fn depart(&mut self, handle: W) -> Option<Departed<W>> {
         let (db, key, arrival) = self.index.get(&handle)?.clone();
-        self.take_at(db, &key, arrival)
+        self.depart_at(db, key, arrival)
+    }
+
+    fn depart_at(&mut self, db: i32, key: Box<[u8]>, arrival: u64) -> Option<Departed<W>> {
+        let was_first = self
+            .queue(db, &key)
+            .is_some_and(|q| q.waiters.keys().next() == Some(&arrival));
+        let waiter = self.take_at(db, &key, arrival)?;
+        let new_head = was_first && self.waiting(db, &key) > 0;
+        Some(Departed {
+            db,
+            key,
+            waiter,
+            new_head,
+        })
     }
 
     /// The earliest deadline of any waiter, if one has a timeout.
@@ -206,14 +239,12 @@ impl<W: Copy + Eq + Hash> Queues<W> {
 
     /// Takes the waiter whose timeout passed first, if its deadline is at or before
     /// `now_ms`, with the key it waited on.
-    pub fn pop_timed_out(&mut self, now_ms: i64) -> Option<(i32, Box<[u8]>, Waiter<W>)> {
+    pub fn pop_timed_out(&mut self, now_ms: i64) -> Option<Departed<W>> {
         let (&(deadline, _), &handle) = self.deadlines.iter().next()?;
         if deadline > now_ms {
             return None;
         }
-        let (db, key, arrival) = self.index.get(&handle)?.clone();
-        let waiter = self.take_at(db, &key, arrival)?;
-        Some((db, key, waiter))
+        self.depart(handle)
     }
 
     /// Keys with waiters in `db`, or in every database for `None`.
@@ -395,7 +426,8 @@ mod tests {
                         let (d, k, w) = model.remove(at);
                         (d, vec![k].into_boxed_slice(), w)
                     });
-                    assert_eq!(queues.pop_timed_out(now), expected);
+                    let popped = queues.pop_timed_out(now).map(|d| (d.db, d.key, d.waiter));
+                    assert_eq!(popped, expected);
                 }
                 _ => {
                     let owner = format!("o{}", rng.gen_range(0..6));
@@ -457,7 +489,7 @@ mod tests {
         assert_eq!(queues.next_deadline(), Some(100));
         assert_eq!(queues.pop_timed_out(99), None, "nothing is due yet");
         let due: Vec<(i32, u32)> = std::iter::from_fn(|| queues.pop_timed_out(250))
-            .map(|(db, _, w)| (db, w.handle))
+            .map(|d| (d.db, d.waiter.handle))
             .collect();
         assert_eq!(due, [(0, 2), (1, 4)]);
         assert_eq!(queues.next_deadline(), Some(300));
@@ -470,6 +502,24 @@ mod tests {
         );
         assert_eq!(queues.pop_timed_out(i64::MAX), None);
         assert_eq!(queues.len(), 1, "a waiter without timeout never times out");
+    }
+
+    #[test]
+    fn a_departure_says_when_its_key_has_a_new_first_waiter() {
+        let mut queues = Queues::new();
+        queues.push(0, b"k", waiter_until(1, "a", 10));
+        queues.push(0, b"k", waiter(2, "b"));
+        queues.push(0, b"k", waiter(3, "c"));
+        queues.push(0, b"other", waiter(4, "d"));
+        let middle = queues.depart(2).unwrap();
+        assert!(!middle.new_head, "the first waiter is still there");
+        let first = queues.pop_timed_out(10).unwrap();
+        assert_eq!((first.waiter.handle, &*first.key), (1, &b"k"[..]));
+        assert!(first.new_head, "3 heads the queue now");
+        let last = queues.depart(3).unwrap();
+        assert!(!last.new_head, "nobody is left behind it");
+        assert!(!queues.depart(4).unwrap().new_head);
+        assert_eq!(queues.depart(4), None);
     }
 
     #[test]
