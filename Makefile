@@ -7,7 +7,7 @@ MODULE    := target/release/libredis_lock.so
 DEBS      := redis-server redis-tools redis-sentinel libclang-dev
 PYTHON    ?= python3
 
-.PHONY: all build run test bench bench-peers demo memcheck fuzz torture failover deps lint clean
+.PHONY: all build run test test-servers bench bench-peers demo memcheck fuzz torture failover deps lint clean
 
 all: build
 
@@ -50,6 +50,17 @@ run: build
 test: deps
 	$(CARGO) build
 	$(CARGO) test --workspace
+
+# The module's integration tests against other servers, one after another: SERVERS
+# names their binaries (Redis 7.2, 7.4, 8.x, Valkey 8 builds; built apart from this
+# repository), e.g. `make test-servers SERVERS="/opt/redis-7.4/redis-server …"`.
+test-servers: deps
+	@test -n "$(SERVERS)" || { echo 'name the servers: make test-servers SERVERS="/path/redis-server ..."'; exit 1; }
+	$(CARGO) build
+	@for server in $(SERVERS); do \
+	  echo "== $$server: $$($$server --version)"; \
+	  REDIS_SERVER=$$server $(CARGO) test -p redis-lock --tests || exit 1; \
+	done
 
 # The worker demo (client/examples/workers.rs): worker processes on a throwaway
 # server that the demo starts itself with the test launcher; one worker is killed
