@@ -20,6 +20,7 @@ from ._backend import EXCLUSIVE, SHARED, Backend, Mode
 from ._errors import LockLostError
 from ._holding import (
     CONTROL_LIMIT,
+    WITHDRAW_LIMIT,
     check_permits,
     check_ttl,
     granted_after_wait,
@@ -140,11 +141,11 @@ class _AsyncHolder:
 
     async def _withdraw(self, backend: Backend, owner: str) -> None:
         try:
-            conn = self._conn(CONTROL_LIMIT)
+            conn = self._conn(WITHDRAW_LIMIT)
             release = _io.run_async(backend.release(self.key, owner), _io.on_async(conn))
-            await asyncio.wait_for(release, CONTROL_LIMIT)
+            await asyncio.wait_for(release, WITHDRAW_LIMIT)
         except Exception as error:
-            await self._drop(CONTROL_LIMIT)
+            await self._drop(WITHDRAW_LIMIT)
             log.warning("could not withdraw from lock %r (its TTL ends it): %s", self.key, error)
 
     async def locked(self) -> bool:

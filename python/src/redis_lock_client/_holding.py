@@ -13,7 +13,12 @@ from ._lease import margin, millis
 #: wait itself, so this only covers the reply's way back.
 WAIT_MARGIN = 0.5
 
-#: The longest a release, a withdrawal or a non-blocking try may take on the
+#: The longest the withdrawal after a wait cut short may take: a hung server must
+#: not stretch a wait much beyond its timeout (the holding's TTL ends a grant that
+#: could not be withdrawn).
+WITHDRAW_LIMIT = 0.5
+
+#: The longest a release or a non-blocking try may take on the
 #: holder's own connection (a hung server must not hang ``__exit__``).
 CONTROL_LIMIT = 2.0
 

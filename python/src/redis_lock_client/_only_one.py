@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from typing import Any, Callable, Optional, TypeVar, cast
+from collections.abc import Awaitable
+from typing import Any, Callable, TypeVar, overload
 
 import redis
 import redis.asyncio
@@ -18,6 +19,28 @@ log = logging.getLogger("redis_lock_client")
 R = TypeVar("R")
 
 
+@overload
+def only_one(
+    client: redis.asyncio.Redis,
+    key: str,
+    ttl: float = 30.0,
+    *,
+    wait: float | None = None,
+    raise_on_lost: bool = True,
+) -> Callable[[Callable[..., Awaitable[R]]], Callable[..., Awaitable[R | None]]]: ...
+
+
+@overload
+def only_one(
+    client: redis.Redis,
+    key: str,
+    ttl: float = 30.0,
+    *,
+    wait: float | None = None,
+    raise_on_lost: bool = True,
+) -> Callable[[Callable[..., R]], Callable[..., R | None]]: ...
+
+
 def only_one(
     client: redis.Redis | redis.asyncio.Redis,
     key: str,
@@ -25,7 +48,7 @@ def only_one(
     *,
     wait: float | None = None,
     raise_on_lost: bool = True,
-) -> Callable[[Callable[..., R]], Callable[..., R | None]]:
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Runs the decorated function under the lock at ``key``, or skips it (returns
     None, logs at INFO) while someone else holds it. ``wait`` seconds waits in the
     server's queue first. The lock is renewed while the function runs, and released
@@ -38,7 +61,7 @@ def only_one(
     ...     ...
     """
 
-    def decorate(job: Callable[..., R]) -> Callable[..., R | None]:
+    def decorate(job: Callable[..., Any]) -> Callable[..., Any]:
         blocking = wait is not None
         if inspect.iscoroutinefunction(job):
             if not isinstance(client, redis.asyncio.Redis):
@@ -48,25 +71,31 @@ def only_one(
             @functools.wraps(job)
             async def run_async(*args: Any, **kwargs: Any) -> Any:
                 lock = AsyncLock(aclient, key, ttl, raise_on_lost=raise_on_lost)
-                if not await lock.acquire(blocking, wait):
-                    log.info("skipped %s: lock %r is busy", job.__name__, key)
-                    return None
-                async with _held(lock):
-                    return await job(*args, **kwargs)
+                try:
+                    if not await lock.acquire(blocking, wait):
+                        log.info("skipped %s: lock %r is busy", job.__name__, key)
+                        return None
+                    async with _held(lock):
+                        return await job(*args, **kwargs)
+                finally:
+                    await lock.aclose()
 
-            return cast(Callable[..., Optional[R]], run_async)
+            return run_async
         if not isinstance(client, redis.Redis):
             raise TypeError("a plain function needs a redis.Redis client")
         sclient = client
 
         @functools.wraps(job)
-        def run(*args: Any, **kwargs: Any) -> R | None:
+        def run(*args: Any, **kwargs: Any) -> Any:
             lock = Lock(sclient, key, ttl, raise_on_lost=raise_on_lost)
-            if not lock.acquire(blocking, wait):
-                log.info("skipped %s: lock %r is busy", job.__name__, key)
-                return None
-            with _Held(lock):
-                return job(*args, **kwargs)
+            try:
+                if not lock.acquire(blocking, wait):
+                    log.info("skipped %s: lock %r is busy", job.__name__, key)
+                    return None
+                with _Held(lock):
+                    return job(*args, **kwargs)
+            finally:
+                lock.close()
 
         return run
 

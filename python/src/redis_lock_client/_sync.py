@@ -17,6 +17,7 @@ from ._backend import EXCLUSIVE, SHARED, Backend, Mode
 from ._errors import LockLostError
 from ._holding import (
     CONTROL_LIMIT,
+    WITHDRAW_LIMIT,
     check_permits,
     check_ttl,
     granted_after_wait,
@@ -149,10 +150,10 @@ class _Holder:
 
     def _withdraw(self, backend: Backend, owner: str) -> None:
         try:
-            conn = self._conn(CONTROL_LIMIT)
+            conn = self._conn(WITHDRAW_LIMIT)
             _io.run_sync(backend.release(self.key, owner), _io.on(conn))
         except Exception as error:
-            self._drop(CONTROL_LIMIT)
+            self._drop(WITHDRAW_LIMIT)
             log.warning("could not withdraw from lock %r (its TTL ends it): %s", self.key, error)
 
     def locked(self) -> bool:
@@ -190,6 +191,12 @@ class _Holder:
     def _close(self) -> None:
         for limit in list(self._conns):
             self._drop(limit)
+
+    def close(self) -> None:
+        """Closes the holder's own connections (a held lock is released first)."""
+        if self._owner is not None:
+            self.release()
+        self._close()
 
     def __enter__(self) -> _Holder:
         self.acquire()

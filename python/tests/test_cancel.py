@@ -1,0 +1,110 @@
+"""A wait or a holding cut short (Ctrl-C, asyncio cancellation) leaves nothing behind:
+no holder, no waiter, and no late grant to a client that gave up."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+
+import redis
+import redis.asyncio
+
+from redis_lock_client import AsyncLock, Lock
+
+from servers import RedisServer, lock_info, wait_until
+from workers import start
+
+
+def waiters(client: redis.Redis, key: str) -> int:
+    info = lock_info(client, key)
+    return 0 if info is None else int(info["waiters"])
+
+
+def test_ctrl_c_during_a_wait_leaves_no_waiter_behind(
+    server: RedisServer, client: redis.Redis
+) -> None:
+    holder = Lock(client, "job")
+    assert holder.acquire()
+    worker = start("wait_forever", server.port, "job")
+    try:
+        wait_until(lambda: waiters(client, "job") == 1, limit=10)
+        assert worker.pid is not None
+        os.kill(worker.pid, signal.SIGINT)
+        worker.join(5)
+        assert worker.exitcode is not None and worker.exitcode != 0
+        wait_until(lambda: waiters(client, "job") == 0)
+        holder.release()
+        time.sleep(0.1)
+        assert lock_info(client, "job") is None, "the interrupted waiter was granted"
+        assert client.lrange("job:events", 0, -1) == [b"KeyboardInterrupt"]
+    finally:
+        worker.kill()
+
+
+def test_ctrl_c_in_a_with_block_releases_at_once_and_raises_once(
+    server: RedisServer, client: redis.Redis
+) -> None:
+    worker = start("work_in_block", server.port, "job")
+    try:
+        wait_until(lambda: client.llen("job:events") == 1, limit=10)
+        assert lock_info(client, "job") is not None
+        assert worker.pid is not None
+        os.kill(worker.pid, signal.SIGINT)
+        worker.join(5)
+        # Released by __exit__, long before its 30 s TTL; the block's own
+        # KeyboardInterrupt is the one exception that left it.
+        assert lock_info(client, "job") is None
+        assert client.lrange("job:events", 0, -1) == [b"working", b"KeyboardInterrupt"]
+    finally:
+        worker.kill()
+
+
+def test_asyncio_cancellation_during_a_wait_leaves_no_waiter_behind(
+    server: RedisServer, client: redis.Redis
+) -> None:
+    async def scenario() -> None:
+        aclient = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        holder = AsyncLock(aclient, "job")
+        assert await holder.acquire()
+        waiter = AsyncLock(aclient, "job")
+        task = asyncio.create_task(waiter.acquire())
+        while waiters(client, "job") != 1:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        wait_until(lambda: waiters(client, "job") == 0)
+        await holder.release()
+        await asyncio.sleep(0.1)
+        assert lock_info(client, "job") is None, "the cancelled waiter was granted"
+        assert waiter.token is None
+        await aclient.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_asyncio_cancellation_while_holding_releases(
+    server: RedisServer, client: redis.Redis
+) -> None:
+    async def scenario() -> None:
+        aclient = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        holding = asyncio.Event()
+
+        async def work() -> None:
+            async with AsyncLock(aclient, "job", ttl=30.0):
+                holding.set()
+                await asyncio.sleep(60)
+
+        task = asyncio.create_task(work())
+        await holding.wait()
+        assert lock_info(client, "job") is not None
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert lock_info(client, "job") is None
+        await aclient.aclose()
+
+    asyncio.run(scenario())
