@@ -45,13 +45,15 @@ def permit(client: redis.Redis, key: str, permits: str) -> None:
 
 def wait_forever(client: redis.Redis, key: str) -> None:
     """Waits for a lock someone else holds; interrupted by the test. Records the
-    exception that reached the top."""
+    exception that reached the top, and lives on (as a service that caught Ctrl-C
+    would), so what the lock object left behind stays visible."""
+    lock = Lock(client, key, ttl=30.0)
     try:
-        Lock(client, key, ttl=30.0).acquire()
+        lock.acquire()
         client.rpush(f"{key}:events", "granted")
     except BaseException as error:
         client.rpush(f"{key}:events", type(error).__name__)
-        raise
+    time.sleep(60)
 
 
 def work_in_block(client: redis.Redis, key: str) -> None:
