@@ -125,3 +125,44 @@ def test_asyncio_cancellation_while_holding_releases(
         await aclient.aclose()
 
     asyncio.run(scenario())
+
+
+def test_an_interrupt_right_after_a_grant_leaves_no_holding(
+    client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The grant has come back but the caller has not heard of it yet: the lease's
+    # refresh after a long wait is cut short by Ctrl-C.
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Lock, "_refresh", interrupted)
+    holder = Lock(client, "job", ttl=0.5)
+    assert holder.acquire()
+    threading.Timer(0.3, holder.release).start()
+    waiter = Lock(client, "job", ttl=2.0)  # a 0.3 s wait is over its margin (0.2 s)
+    with pytest.raises(KeyboardInterrupt):
+        waiter.acquire(timeout=5)
+    assert lock_info(client, "job") is None
+    assert waiter.token is None
+
+
+def test_a_cancellation_right_after_a_grant_leaves_no_holding(
+    server: RedisServer, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def cancelled(*args: object) -> None:
+        raise asyncio.CancelledError
+
+    monkeypatch.setattr(AsyncLock, "_refresh", cancelled)
+
+    async def scenario() -> None:
+        aclient = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        holder = AsyncLock(aclient, "job", ttl=0.5)
+        assert await holder.acquire()
+        asyncio.get_running_loop().call_later(0.3, lambda: asyncio.ensure_future(holder.release()))
+        waiter = AsyncLock(aclient, "job", ttl=2.0)
+        with pytest.raises(asyncio.CancelledError):
+            await waiter.acquire(timeout=5)
+        assert lock_info(client, "job") is None
+        await aclient.aclose()
+
+    asyncio.run(scenario())

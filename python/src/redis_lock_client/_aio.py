@@ -96,21 +96,25 @@ class _AsyncHolder:
                 backend.acquire(self.key, owner, self._ttl_ms, self._mode, wait_ms),
                 _io.on_async(conn),
             )
+            if token is None:
+                return False
+            lease = Lease(sent, self.ttl)
+            if granted_after_wait(sent, time.monotonic(), self.ttl):
+                lease = await self._refresh(backend, owner, lease)
+            self._owner, self._token, self._lease = owner, token, lease
+            self._lost = asyncio.Event()
+            self._renewer = asyncio.create_task(self._renew(backend, owner, lease, self._lost))
+            return True
         except redis.exceptions.ResponseError:
-            raise
+            raise  # a refusal (WRONGTYPE, a mode conflict): nothing was granted
         except BaseException:
+            # Cancelled or cut short before the caller learnt of a grant: drop the
+            # queue place with the connection, and end a grant by the fresh owner.
             await self._drop(read_limit)
+            if self._owner == owner:
+                self._forget()
             await self._withdraw(backend, owner)
             raise
-        if token is None:
-            return False
-        lease = Lease(sent, self.ttl)
-        if granted_after_wait(sent, time.monotonic(), self.ttl):
-            lease = await self._refresh(backend, owner, lease)
-        self._owner, self._token, self._lease = owner, token, lease
-        self._lost = asyncio.Event()
-        self._renewer = asyncio.create_task(self._renew(backend, owner, lease, self._lost))
-        return True
 
     async def _refresh(self, backend: Backend, owner: str, lease: Lease) -> Lease:
         sent = time.monotonic()
@@ -125,19 +129,24 @@ class _AsyncHolder:
 
     async def release(self) -> bool:
         """Ends the holding; True if the server still had it."""
-        owner, lease, backend, renewer = self._owner, self._lease, self._backend, self._renewer
+        owner, lease, backend = self._owner, self._lease, self._backend
         if owner is None or lease is None or backend is None:
             raise RuntimeError(f"release of lock {self.key!r}, which this object does not hold")
-        if renewer is not None:
-            renewer.cancel()
-        lease.end()
-        self._owner = self._token = self._lease = self._renewer = None
+        self._forget()
         try:
             conn = self._conn(CONTROL_LIMIT)
             return await _io.run_async(backend.release(self.key, owner), _io.on_async(conn))
         except BaseException:
             await self._drop(CONTROL_LIMIT)
             raise
+
+    def _forget(self) -> None:
+        """Stops renewing the holding and drops it locally."""
+        if self._renewer is not None:
+            self._renewer.cancel()
+        if self._lease is not None:
+            self._lease.end()
+        self._owner = self._token = self._lease = self._renewer = None
 
     async def _withdraw(self, backend: Backend, owner: str) -> None:
         try:

@@ -96,22 +96,25 @@ class _Holder:
             token = _io.run_sync(
                 backend.acquire(self.key, owner, self._ttl_ms, self._mode, wait_ms), _io.on(conn)
             )
+            if token is None:
+                return False
+            lease = Lease(sent, self.ttl)
+            if granted_after_wait(sent, time.monotonic(), self.ttl):
+                lease = self._refresh(backend, owner, lease)
+            self._held(backend, owner, token, lease)
+            return True
         except redis.exceptions.ResponseError:
             raise  # a refusal (WRONGTYPE, a mode conflict): nothing was granted
         except BaseException:
-            # Cut short (an interrupt, a timeout, a dead connection): the server may
-            # have granted it, or still queue it. Closing the connection drops a
-            # queued waiter; a release by the fresh owner ends a grant.
+            # Cut short (an interrupt, a timeout, a dead connection) before the
+            # caller learnt of a grant: the server may have granted it, or still
+            # queue it. Closing the connection drops a queued waiter; a release by
+            # the fresh owner ends a grant.
             self._drop(read_limit)
+            if self._owner == owner:
+                self._forget()
             self._withdraw(backend, owner)
             raise
-        if token is None:
-            return False
-        lease = Lease(sent, self.ttl)
-        if granted_after_wait(sent, time.monotonic(), self.ttl):
-            lease = self._refresh(backend, owner, lease)
-        self._held(backend, owner, token, lease)
-        return True
 
     def _held(self, backend: Backend, owner: str, token: int, lease: Lease) -> None:
         self._owner = owner
@@ -138,15 +141,20 @@ class _Holder:
         owner, renewal, backend = self._owner, self._renewal, self._backend
         if owner is None or renewal is None or backend is None:
             raise RuntimeError(f"release of lock {self.key!r}, which this object does not hold")
-        renewal.stop()
-        renewal.lease.end()
-        self._owner = self._token = self._renewal = None
+        self._forget()
         try:
             conn = self._conn(CONTROL_LIMIT)
             return _io.run_sync(backend.release(self.key, owner), _io.on(conn))
         except BaseException:
             self._drop(CONTROL_LIMIT)
             raise
+
+    def _forget(self) -> None:
+        """Stops renewing the holding and drops it locally."""
+        if self._renewal is not None:
+            self._renewal.stop()
+            self._renewal.lease.end()
+        self._owner = self._token = self._renewal = None
 
     def _withdraw(self, backend: Backend, owner: str) -> None:
         try:
