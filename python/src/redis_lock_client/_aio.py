@@ -59,6 +59,9 @@ class _AsyncHolder:
         self._token: int | None = None
         self._lease: Lease | None = None
         self._lost = asyncio.Event()
+        # The renewal task starts at the first renewal (a third of the TTL): a timer
+        # until then, so a short holding costs no task.
+        self._renewal_timer: asyncio.TimerHandle | None = None
         self._renewer: asyncio.Task[None] | None = None
         self._backend: Backend | None = None
         self._conns: dict[float | None, _io.AsyncConnection] = {}
@@ -103,7 +106,14 @@ class _AsyncHolder:
                 lease = await self._refresh(backend, owner, lease)
             self._owner, self._token, self._lease = owner, token, lease
             self._lost = asyncio.Event()
-            self._renewer = asyncio.create_task(self._renew(backend, owner, lease, self._lost))
+            self._renewal_timer = asyncio.get_running_loop().call_later(
+                max(lease.next_renewal() - time.monotonic(), 0),
+                self._start_renewer,
+                backend,
+                owner,
+                lease,
+                self._lost,
+            )
             return True
         except redis.exceptions.ResponseError:
             raise  # a refusal (WRONGTYPE, a mode conflict): nothing was granted
@@ -142,11 +152,13 @@ class _AsyncHolder:
 
     def _forget(self) -> None:
         """Stops renewing the holding and drops it locally."""
+        if self._renewal_timer is not None:
+            self._renewal_timer.cancel()
         if self._renewer is not None:
             self._renewer.cancel()
         if self._lease is not None:
             self._lease.end()
-        self._owner = self._token = self._lease = self._renewer = None
+        self._owner = self._token = self._lease = self._renewer = self._renewal_timer = None
 
     async def _withdraw(self, backend: Backend, owner: str) -> None:
         try:
@@ -165,6 +177,12 @@ class _AsyncHolder:
         """The server's view, as ``Lock.info``."""
         backend = await self._probe()
         return await _io.run_async(backend.info(self.key), _io.on_client_async(self._client))
+
+    def _start_renewer(
+        self, backend: Backend, owner: str, lease: Lease, lost: asyncio.Event
+    ) -> None:
+        if self._owner == owner:
+            self._renewer = asyncio.ensure_future(self._renew(backend, owner, lease, lost))
 
     async def _renew(self, backend: Backend, owner: str, lease: Lease, lost: asyncio.Event) -> None:
         conn: _io.AsyncConnection | None = None
