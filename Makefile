@@ -7,7 +7,7 @@ MODULE    := target/release/libredis_lock.so
 DEBS      := redis-server redis-tools redis-sentinel libclang-dev
 PYTHON    ?= python3
 
-.PHONY: all build run test bench bench-peers demo memcheck fuzz torture failover deps lint clean
+.PHONY: all build run test python-test bench bench-peers demo memcheck fuzz torture failover deps lint clean
 
 all: build
 
@@ -50,6 +50,24 @@ run: build
 test: deps
 	$(CARGO) build
 	$(CARGO) test --workspace
+	$(MAKE) python-test
+
+# The Python client (python/): ruff, mypy --strict and pytest, in a virtual
+# environment of the project's own (target/venv), made and filled when missing or
+# when python/pyproject.toml changed. The tests start their own redis-servers with
+# the debug build of the module.
+VENV := target/venv
+$(VENV)/.installed: python/pyproject.toml
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV) || { \
+	  echo "cannot make a virtual environment: install python3-venv (apt-get install python3-venv)"; exit 1; }
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check pytest mypy ruff -e ./python
+	touch $@
+
+python-test: $(VENV)/.installed
+	$(CARGO) build --lib -p redis-lock
+	cd python && ../$(VENV)/bin/ruff check . && ../$(VENV)/bin/ruff format --check .
+	cd python && ../$(VENV)/bin/mypy
+	cd python && ../$(VENV)/bin/pytest -q
 
 # The worker demo (client/examples/workers.rs): worker processes on a throwaway
 # server that the demo starts itself with the test launcher; one worker is killed
