@@ -65,9 +65,9 @@ $(VENV)/.installed: python/pyproject.toml
 
 python-test: $(VENV)/.installed
 	$(CARGO) build --lib -p redis-lock
-	cd python && ../$(VENV)/bin/ruff check . && ../$(VENV)/bin/ruff format --check .
-	cd python && ../$(VENV)/bin/mypy
-	cd python && ../$(VENV)/bin/pytest -q
+	cd python && $(abspath $(VENV))/bin/ruff check . && $(abspath $(VENV))/bin/ruff format --check .
+	cd python && $(abspath $(VENV))/bin/mypy
+	cd python && $(abspath $(VENV))/bin/pytest -q
 
 # The worker demo (client/examples/workers.rs): worker processes on a throwaway
 # server that the demo starts itself with the test launcher; one worker is killed

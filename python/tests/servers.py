@@ -45,7 +45,7 @@ class RedisServer:
     """A redis-server child on a free port, in a directory of its own; killed by
     :meth:`stop`."""
 
-    def __init__(self, with_module: bool = True) -> None:
+    def __init__(self, with_module: bool = True, extra: tuple[str, ...] = ()) -> None:
         self.dir = tempfile.TemporaryDirectory(prefix="redis-lock-py-")
         binary = os.environ.get("REDIS_SERVER", "redis-server")
         for _ in range(5):
@@ -54,6 +54,7 @@ class RedisServer:
             args += ["--save", "", "--appendonly", "no", "--dir", self.dir.name]
             if with_module:
                 args += ["--loadmodule", str(module_path())]
+            args += [arg.replace("{dir}", self.dir.name) for arg in extra]
             log = open(Path(self.dir.name) / "server.log", "w")  # noqa: SIM115
             self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
             if self._ready():

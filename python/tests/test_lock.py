@@ -122,3 +122,15 @@ def test_a_key_of_another_type_is_refused(client: redis.Redis) -> None:
     client.set("text", "hello")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         Lock(client, "text").acquire()
+
+
+def test_a_lock_over_a_unix_socket() -> None:
+    server = RedisServer(extra=("--unixsocket", "{dir}/redis.sock"))
+    try:
+        client = redis.Redis(unix_socket_path=f"{server.dir.name}/redis.sock")
+        lock = Lock(client, "job", ttl=5.0)
+        assert lock.acquire(timeout=1)
+        assert lock_info(client, "job") is not None
+        assert lock.release()
+    finally:
+        server.stop()

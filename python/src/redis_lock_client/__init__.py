@@ -9,20 +9,22 @@ that tells the holder when it lost the lock, before anyone else can be granted i
 ...     build_report(fence=lock.token)
 """
 
-from ._aio import AsyncLock, AsyncReadWriteLock, AsyncSemaphore
+from ._aio import AsyncLock, AsyncReadLock, AsyncReadWriteLock, AsyncSemaphore
 from ._errors import LockError, LockLostError, NoLockBackendError
 from ._lease import margin
 from ._only_one import only_one
-from ._sync import Lock, ReadWriteLock, Semaphore
+from ._sync import Lock, ReadLock, ReadWriteLock, Semaphore
 
 __all__ = [
     "AsyncLock",
+    "AsyncReadLock",
     "AsyncReadWriteLock",
     "AsyncSemaphore",
     "Lock",
     "LockError",
     "LockLostError",
     "NoLockBackendError",
+    "ReadLock",
     "ReadWriteLock",
     "Semaphore",
     "margin",

@@ -330,6 +330,14 @@ class AsyncSemaphore(_AsyncHolder):
         return self
 
 
+class AsyncReadLock(_AsyncHolder):
+    """A shared holding; made by :meth:`AsyncReadWriteLock.read`."""
+
+    async def __aenter__(self) -> AsyncReadLock:
+        await self.acquire()
+        return self
+
+
 class AsyncReadWriteLock:
     """The asyncio twin of :class:`redis_lock_client.ReadWriteLock`."""
 
@@ -346,8 +354,9 @@ class AsyncReadWriteLock:
         self._client, self.key, self.ttl = client, key, ttl
         self._options: dict[str, Any] = {"on_lost": on_lost, "raise_on_lost": raise_on_lost}
 
-    def read(self) -> _AsyncHolder:
-        return _AsyncHolder(self._client, self.key, self.ttl, SHARED, **self._options)
+    def read(self) -> AsyncReadLock:
+        """A shared holding (a new holder object each call), used like a Lock."""
+        return AsyncReadLock(self._client, self.key, self.ttl, SHARED, **self._options)
 
     def write(self) -> AsyncLock:
         return AsyncLock(self._client, self.key, self.ttl, **self._options)

@@ -43,16 +43,17 @@ def _no_retry_kwargs(
             f"(cluster clients are not supported), got {type(client).__name__}"
         )
     kwargs = dict(pool.connection_kwargs)
-    connect_limit = kwargs.get("socket_connect_timeout")
-    if read_limit is not None and (connect_limit is None or connect_limit > read_limit):
-        connect_limit = read_limit
     kwargs.update(
         socket_timeout=read_limit,
-        socket_connect_timeout=connect_limit,
         retry=Retry(NoBackoff(), 0),
         retry_on_timeout=False,
         retry_on_error=[],
     )
+    # TCP connections only (a Unix socket's take no such argument); without it
+    # redis-py bounds the connect by socket_timeout.
+    connect_limit = kwargs.get("socket_connect_timeout")
+    if connect_limit is not None and read_limit is not None and connect_limit > read_limit:
+        kwargs["socket_connect_timeout"] = read_limit
     return pool.connection_class, kwargs
 
 

@@ -286,6 +286,15 @@ class Semaphore(_Holder):
         return self
 
 
+class ReadLock(_Holder):
+    """A shared holding at ``key``, beside other readers and never beside a writer;
+    made by :meth:`ReadWriteLock.read`."""
+
+    def __enter__(self) -> ReadLock:
+        self.acquire()
+        return self
+
+
 class ReadWriteLock:
     """Readers beside each other, a writer alone, in one FIFO queue: a waiting
     writer is not starved by readers that come after it.
@@ -308,9 +317,9 @@ class ReadWriteLock:
         self._client, self.key, self.ttl = client, key, ttl
         self._options: dict[str, Any] = {"on_lost": on_lost, "raise_on_lost": raise_on_lost}
 
-    def read(self) -> _Holder:
+    def read(self) -> ReadLock:
         """A shared holding (a new holder object each call), used like a Lock."""
-        return _Holder(self._client, self.key, self.ttl, SHARED, **self._options)
+        return ReadLock(self._client, self.key, self.ttl, SHARED, **self._options)
 
     def write(self) -> Lock:
         """An exclusive holding (a new Lock each call)."""
