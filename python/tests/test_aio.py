@@ -80,7 +80,7 @@ def test_async_through_a_black_hole_the_loss_comes_before_a_rival_is_granted(
         lost = asyncio.create_task(holder.lost.wait())
         await asyncio.sleep(0.1)
         proxy.black_hole()
-        await lost
+        await asyncio.wait_for(lost, 5)
         lost_at = time.monotonic()
         assert not waiting.done(), "a rival was granted before the holder knew"
         assert await waiting
@@ -105,5 +105,28 @@ def test_async_semaphore_and_read_write_lock(server: RedisServer, client: redis.
             assert not await rw.write().acquire(blocking=False)
         async with rw.write():
             assert not await rw.read().acquire(blocking=False)
+
+    run(server, scenario)
+
+
+def test_async_a_stopped_server_loses_the_lock_at_the_lease_deadline_and_bounds_a_wait(
+    server: RedisServer,
+) -> None:
+    async def scenario(aclient: redis.asyncio.Redis) -> None:
+        holder = AsyncLock(aclient, "job", ttl=1.0, raise_on_lost=False)
+        start = time.monotonic()
+        assert await holder.acquire()
+        server.pause()
+        try:
+            await asyncio.wait_for(holder.lost.wait(), 2.0)
+            assert time.monotonic() - start <= 1.0  # sent + ttl - margin at the latest
+            waiter = AsyncLock(aclient, "job")
+            start = time.monotonic()
+            with pytest.raises(redis.TimeoutError):
+                await waiter.acquire(timeout=0.5)
+            # The timeout, the read margin (0.5 s) and the withdrawal's bound (0.5 s).
+            assert time.monotonic() - start < 0.5 + 1.0 + 0.3
+        finally:
+            server.resume()
 
     run(server, scenario)

@@ -85,7 +85,9 @@ class Renewal:
         log.warning("lock %r lost (owner %s): %s", self.key, self.owner, why)
         self.lost.set()
         if self.on_lost is not None:
-            threading.Thread(target=self._call_on_lost, name="redis-lock-on-lost").start()
+            callback = threading.Thread(target=self._call_on_lost, name="redis-lock-on-lost")
+            callback.daemon = True
+            callback.start()
 
     def _call_on_lost(self) -> None:
         try:
