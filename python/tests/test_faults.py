@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
 import redis
 
 from redis_lock_client import Lock
@@ -67,11 +66,22 @@ def test_a_wait_on_a_stopped_server_ends_near_its_timeout(
     server.pause()
     try:
         waiter = Lock(client, "job")
+        outcome: list[BaseException] = []
+
+        def wait() -> None:
+            try:
+                waiter.acquire(timeout=0.5)
+            except BaseException as error:
+                outcome.append(error)
+
+        thread = threading.Thread(target=wait, daemon=True)
         start = time.monotonic()
-        with pytest.raises(redis.TimeoutError):
-            waiter.acquire(timeout=0.5)
+        thread.start()
         # The timeout, the read margin (0.5 s) and the withdrawal's bound (0.5 s).
+        thread.join(0.5 + 1.0 + 0.3)
+        assert not thread.is_alive(), "the wait outlived its timeout on a stopped server"
         assert time.monotonic() - start < 0.5 + 1.0 + 0.3
+        assert len(outcome) == 1 and isinstance(outcome[0], redis.TimeoutError)
     finally:
         server.resume()
     assert lock_info(client, "job") is not None
