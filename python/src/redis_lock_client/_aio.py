@@ -17,7 +17,7 @@ import redis.exceptions
 
 from . import _io
 from ._backend import EXCLUSIVE, SHARED, Backend, Mode
-from ._errors import LockLostError
+from ._errors import LockLostError, backend_missing
 from ._holding import (
     CONTROL_LIMIT,
     WITHDRAW_LIMIT,
@@ -115,8 +115,12 @@ class _AsyncHolder:
                 self._lost,
             )
             return True
-        except redis.exceptions.ResponseError:
-            raise  # a refusal (WRONGTYPE, a mode conflict): nothing was granted
+        except redis.exceptions.ResponseError as refusal:
+            # A refusal (WRONGTYPE, a mode conflict): nothing was granted.
+            missing = backend_missing(refusal)
+            if missing is not None:
+                raise missing from refusal
+            raise
         except BaseException:
             # Cancelled or cut short before the caller learnt of a grant: drop the
             # queue place with the connection, and end a grant by the fresh owner.

@@ -34,3 +34,11 @@ class NoLockBackendError(LockError):
             "the server has no lock module: add `loadmodule /path/to/libredis_lock.so` "
             f"to redis.conf, or run `MODULE LOAD /path/to/libredis_lock.so`{suffix}"
         )
+
+
+def backend_missing(error: Exception) -> NoLockBackendError | None:
+    """The error to raise instead of ``error`` when it says the server does not know
+    the lock's commands (the module was unloaded after the probe)."""
+    if str(error).lower().startswith("unknown command"):
+        return NoLockBackendError(str(error))
+    return None

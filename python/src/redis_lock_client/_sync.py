@@ -14,7 +14,7 @@ from redis.connection import AbstractConnection
 
 from . import _io
 from ._backend import EXCLUSIVE, SHARED, Backend, Mode
-from ._errors import LockLostError
+from ._errors import LockLostError, backend_missing
 from ._holding import (
     CONTROL_LIMIT,
     WITHDRAW_LIMIT,
@@ -103,8 +103,12 @@ class _Holder:
                 lease = self._refresh(backend, owner, lease)
             self._held(backend, owner, token, lease)
             return True
-        except redis.exceptions.ResponseError:
-            raise  # a refusal (WRONGTYPE, a mode conflict): nothing was granted
+        except redis.exceptions.ResponseError as refusal:
+            # A refusal (WRONGTYPE, a mode conflict): nothing was granted.
+            missing = backend_missing(refusal)
+            if missing is not None:
+                raise missing from refusal
+            raise
         except BaseException:
             # Cut short (an interrupt, a timeout, a dead connection) before the
             # caller learnt of a grant: the server may have granted it, or still
