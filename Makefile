@@ -1,13 +1,14 @@
 # redis-lock: `make run` starts redis-server with the module; `make test` runs every test.
-# Both install what is missing (redis-server, redis-tools, libclang-dev, redis-py)
-# when run as root, and otherwise say what to install.
+# Both install what is missing (redis-server, redis-tools, libclang-dev, python3-venv,
+# redis-py; the Python tools into target/venv) when run as root, and otherwise say
+# what to install.
 
 CARGO     ?= cargo
 MODULE    := target/release/libredis_lock.so
-DEBS      := redis-server redis-tools redis-sentinel libclang-dev
+DEBS      := redis-server redis-tools redis-sentinel libclang-dev python3-venv
 PYTHON    ?= python3
 
-.PHONY: all build run test test-servers bench bench-peers demo memcheck fuzz torture failover deps lint clean
+.PHONY: all build run test test-servers python-test bench bench-peers demo memcheck fuzz torture failover deps lint clean
 
 all: build
 
@@ -50,6 +51,24 @@ run: build
 test: deps
 	$(CARGO) build
 	$(CARGO) test --workspace
+	$(MAKE) python-test
+
+# The Python client (python/): ruff, mypy --strict and pytest, in a virtual
+# environment of the project's own (target/venv), made and filled when missing or
+# when python/pyproject.toml or python/requirements-dev.txt changed. The tests start their own redis-servers with
+# the debug build of the module.
+VENV := target/venv
+$(VENV)/.installed: python/pyproject.toml python/requirements-dev.txt
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV) || { \
+	  echo "cannot make a virtual environment: install python3-venv (apt-get install python3-venv)"; exit 1; }
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r python/requirements-dev.txt -e ./python
+	touch $@
+
+python-test: $(VENV)/.installed
+	$(CARGO) build --lib -p redis-lock
+	cd python && $(abspath $(VENV))/bin/ruff check . && $(abspath $(VENV))/bin/ruff format --check .
+	cd python && $(abspath $(VENV))/bin/mypy
+	cd python && $(abspath $(VENV))/bin/pytest -q
 
 # The module's integration tests against other servers, one after another: SERVERS
 # names their binaries (Redis 7.2, 7.4, 8.x, Valkey 8 builds; built apart from this

@@ -41,6 +41,20 @@ def ours_redis_py(host, port, key):
     return acquire, release
 
 
+def ours_python(host, port, key):
+    """This repository's Python client (python/, redis_lock_client): Lock.acquire()
+    waits with LOCK.ACQUIRE … WAIT on a connection of its own (no read timeout, no
+    retries), with the client's background renewal and lease; a plain redis.Redis
+    with its defaults, as a user would pass it."""
+    import redis
+    from redis_lock_client import Lock
+
+    r = redis.Redis(host=host, port=port)
+    r.ping()
+    lock = Lock(r, key, ttl=TTL_MS / 1000)
+    return lock.acquire, lock.release
+
+
 def redis_py_lock(sleep):
     """redis-py's Lock: SET NX, and while the lock is busy, sleep and try again."""
 
@@ -92,6 +106,7 @@ def etcd3_lock(host, port, key):
 
 SIDES = {
     "ours-redis-py": ours_redis_py,
+    "ours-python": ours_python,
     "redis-py-lock": redis_py_lock(None),
     "redis-py-lock-1ms": redis_py_lock(0.001),
     "python-redis-lock": python_redis_lock,

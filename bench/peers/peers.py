@@ -38,6 +38,7 @@ import report  # noqa: E402
 # (No gRPC channel is opened before the fork: gRPC does not survive one.)
 import redis  # noqa: E402,F401
 import redis_lock  # noqa: E402,F401
+import redis_lock_client  # noqa: E402,F401
 import pottery  # noqa: E402,F401
 import etcd3  # noqa: E402,F401
 
@@ -45,7 +46,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MODULE = os.path.join(ROOT, "target/release/libredis_lock.so")
 DRIVER = os.path.join(ROOT, "target/release/lock-bench")
 KEY = "bench:peers"
-OURS = ["ours-rust", "ours-redis-py"]
+OURS = ["ours-rust", "ours-redis-py", "ours-python"]
 ALL_SIDES = OURS + ["redis-py-lock", "redis-py-lock-1ms", "python-redis-lock", "pottery-redlock", "etcd3-lock"]
 
 

@@ -20,6 +20,7 @@ from report import LABELS  # noqa: E402
 STYLE = {
     "ours-rust": dict(color="#c0392b", marker="o", linewidth=2.6),
     "ours-redis-py": dict(color="#e67e22", marker="o", linewidth=2.6),
+    "ours-python": dict(color="#f1c40f", marker="o", linewidth=2.6),
     "redis-py-lock": dict(color="#2471a3", marker="s", linestyle="--"),
     "redis-py-lock-1ms": dict(color="#5dade2", marker="s"),
     "python-redis-lock": dict(color="#239b56", marker="^"),

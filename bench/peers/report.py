@@ -6,13 +6,14 @@ import os
 LABELS = {
     "ours-rust": "ours: LOCK.ACQUIRE WAIT, Rust client",
     "ours-redis-py": "ours: LOCK.ACQUIRE WAIT, redis-py",
+    "ours-python": "ours: the Python client (redis_lock_client)",
     "redis-py-lock": "redis-py Lock (sleep 0.1 s)",
     "redis-py-lock-1ms": "redis-py Lock, sleep 1 ms",
     "python-redis-lock": "python-redis-lock",
     "pottery-redlock": "pottery Redlock, 1 master",
     "etcd3-lock": "etcd, python-etcd3 Lock",
 }
-OURS = ["ours-rust", "ours-redis-py"]
+OURS = ["ours-rust", "ours-redis-py", "ours-python"]
 
 # Everything above this line in PEERS.md is written by peers.py; what follows it is
 # kept as it is when the file is written again.

@@ -1,0 +1,154 @@
+"""What a backend says on the wire, without doing any I/O.
+
+Every operation is a *protocol*: a generator that yields :class:`Step` s (a command
+to send and how long its reply may take) and is sent each reply back, until it
+returns the operation's result. The threaded and the asyncio holders drive the same
+generators (``_io.run_sync`` and ``_io.run_async``), so the two cannot drift apart,
+and a backend whose wait is a conversation of several calls (the function library's
+wait protocol) slots in beside the module's single blocking command.
+
+The backend is picked by probing the server once per connection pool
+(:func:`detect`): ``COMMAND INFO LOCK.ACQUIRE`` names the module's command when the
+module is loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, Union
+
+from ._errors import NoLockBackendError
+
+Arg = Union[str, bytes, int]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command and how long its reply may take: ``read_limit`` seconds beyond
+    the connection's own bound (``None``: as long as the connection allows)."""
+
+    args: tuple[Arg, ...]
+    read_limit: float | None = None
+
+
+#: An operation: yields steps, is sent their replies, returns its result.
+Protocol_ = Generator[Step, Any, Any]
+
+
+@dataclass(frozen=True)
+class Mode:
+    """What kind of holding is asked for: exclusive, shared, or one of ``limit``
+    permits."""
+
+    shared: bool = False
+    limit: int | None = None
+
+    def args(self) -> tuple[Arg, ...]:
+        if self.limit is not None:
+            return ("LIMIT", self.limit)
+        if self.shared:
+            return ("SHARED",)
+        return ()
+
+
+EXCLUSIVE = Mode()
+SHARED = Mode(shared=True)
+
+
+class Backend(Protocol):
+    """The operations a holder needs. ``wait_ms`` is ``None`` for a try that does
+    not wait, 0 to wait without limit, else the longest wait in ms."""
+
+    name: str
+
+    def acquire(
+        self, key: str, owner: str, ttl_ms: int, mode: Mode, wait_ms: int | None
+    ) -> Generator[Step, Any, int | None]: ...
+
+    def release(self, key: str, owner: str) -> Generator[Step, Any, bool]: ...
+
+    def extend(self, key: str, owner: str, ttl_ms: int) -> Generator[Step, Any, bool]: ...
+
+    def info(self, key: str) -> Generator[Step, Any, dict[str, Any] | None]: ...
+
+
+class ModuleBackend:
+    """The redis-lock module: one native command per operation, waiting done in the
+    server (``LOCK.ACQUIRE … WAIT ms``)."""
+
+    name = "module"
+
+    def acquire(
+        self, key: str, owner: str, ttl_ms: int, mode: Mode, wait_ms: int | None
+    ) -> Generator[Step, Any, int | None]:
+        args: tuple[Arg, ...] = ("LOCK.ACQUIRE", key, owner, ttl_ms, *mode.args())
+        if wait_ms is not None:
+            args = (*args, "WAIT", wait_ms)
+        reply = yield Step(args)
+        return None if reply is None else int(reply)
+
+    def release(self, key: str, owner: str) -> Generator[Step, Any, bool]:
+        reply = yield Step(("LOCK.RELEASE", key, owner))
+        return int(reply) == 1
+
+    def extend(self, key: str, owner: str, ttl_ms: int) -> Generator[Step, Any, bool]:
+        reply = yield Step(("LOCK.EXTEND", key, owner, ttl_ms))
+        return int(reply) == 1
+
+    def info(self, key: str) -> Generator[Step, Any, dict[str, Any] | None]:
+        reply = yield Step(("LOCK.INFO", key))
+        return parse_info(reply)
+
+
+def detect() -> Generator[Step, Any, Backend]:
+    """Probes the server for a backend; :class:`NoLockBackendError` if it has none."""
+    reply = yield Step(("COMMAND", "INFO", "LOCK.ACQUIRE"))
+    if _names_a_command(reply):
+        return ModuleBackend()
+    raise NoLockBackendError("COMMAND INFO LOCK.ACQUIRE knows no such command")
+
+
+def _names_a_command(reply: Any) -> bool:
+    if isinstance(reply, dict):  # redis-py's RESP3 parsing of COMMAND INFO
+        return any(value for value in reply.values())
+    if isinstance(reply, Sequence) and not isinstance(reply, (str, bytes)):
+        return any(entry for entry in reply)
+    return False
+
+
+def text(value: Any) -> Any:
+    """Bytes as str, for replies read with or without ``decode_responses``."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+def _pairs(reply: Any) -> dict[str, Any]:
+    if isinstance(reply, dict):
+        return {text(k): v for k, v in reply.items()}
+    items = list(reply)
+    return {text(items[i]): items[i + 1] for i in range(0, len(items) - 1, 2)}
+
+
+def parse_info(reply: Any) -> dict[str, Any] | None:
+    """``LOCK.INFO`` in RESP2 or RESP3 as ``{"mode", "waiters", "holders": [{"owner",
+    "ttl" (seconds), "token"}]}``; ``None`` when nothing is held."""
+    if reply is None:
+        return None
+    fields = _pairs(reply)
+    holders = []
+    for entry in fields.get("holders") or []:
+        holding = _pairs(entry)
+        holders.append(
+            {
+                "owner": text(holding.get("owner")),
+                "ttl": int(holding.get("ttl", 0)) / 1000,
+                "token": int(holding.get("token", 0)),
+            }
+        )
+    return {
+        "mode": text(fields.get("mode")),
+        "waiters": int(fields.get("waiters", 0)),
+        "holders": holders,
+    }

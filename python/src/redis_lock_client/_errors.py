@@ -1,0 +1,44 @@
+"""The exceptions of the package: each says what happened and what to do."""
+
+from __future__ import annotations
+
+
+class LockError(Exception):
+    """Base of every error this package raises itself."""
+
+
+class LockLostError(LockError):
+    """A ``with`` block ended after its lock was lost.
+
+    The lock was found gone by a renewal (expired, deleted) or no renewal was
+    acknowledged before the lease's local deadline: another holder may have had it
+    while the block ran. Work stamped with ``lock.token`` is refused by a fenced
+    resource; anything else the block did after ``lock.lost`` was set must be checked.
+    Pass ``raise_on_lost=False`` to the lock to be told only through ``lock.lost``.
+    """
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"lock {key!r} was lost while the block ran (see lock.lost): another "
+            "holder may have had it since; rely on its fencing token, not on the lock"
+        )
+        self.key = key
+
+
+class NoLockBackendError(LockError):
+    """The server has neither the lock module nor the lock function library."""
+
+    def __init__(self, detail: str = "") -> None:
+        suffix = f" ({detail})" if detail else ""
+        super().__init__(
+            "the server has no lock module: add `loadmodule /path/to/libredis_lock.so` "
+            f"to redis.conf, or run `MODULE LOAD /path/to/libredis_lock.so`{suffix}"
+        )
+
+
+def backend_missing(error: Exception) -> NoLockBackendError | None:
+    """The error to raise instead of ``error`` when it says the server does not know
+    the lock's commands (the module was unloaded after the probe)."""
+    if str(error).lower().startswith("unknown command"):
+        return NoLockBackendError(str(error))
+    return None

@@ -1,0 +1,67 @@
+"""What the threaded and the asyncio holders share: argument checks, bounds, and
+the state of one holding."""
+
+from __future__ import annotations
+
+import math
+import uuid
+
+from ._lease import margin, millis
+
+#: How much longer than its timeout a wait's read may take before the holder gives
+#: up on the server (a hung server, a cut network): the server answers a timed-out
+#: wait itself, so this only covers the reply's way back.
+WAIT_MARGIN = 0.5
+
+#: The longest the withdrawal after a wait cut short may take: a hung server must
+#: not stretch a wait much beyond its timeout (the holding's TTL ends a grant that
+#: could not be withdrawn).
+WITHDRAW_LIMIT = 0.5
+
+#: The longest a release or a non-blocking try may take on the
+#: holder's own connection (a hung server must not hang ``__exit__``).
+CONTROL_LIMIT = 2.0
+
+
+def new_owner() -> str:
+    """A fresh owner id per acquire: a withdrawn or lost holding can never be taken
+    for a later one."""
+    return uuid.uuid4().hex
+
+
+def check_ttl(ttl: float) -> int:
+    return millis(ttl, "ttl")
+
+
+def wait_of(blocking: bool, timeout: float | None) -> tuple[int | None, float | None]:
+    """``(wait_ms, read_limit)`` for ``acquire(blocking, timeout)``, as
+    ``threading.Lock.acquire`` takes them: ``timeout`` None or -1 waits without
+    limit, 0 tries once."""
+    if not blocking:
+        if timeout is not None and timeout != -1:
+            raise ValueError("can't specify a timeout for a non-blocking acquire")
+        return None, CONTROL_LIMIT
+    if timeout is None or timeout == -1:
+        return 0, None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds, not {type(timeout).__name__}")
+    if math.isnan(timeout) or timeout < 0:
+        raise ValueError(f"timeout must be -1, None or a non-negative number: {timeout!r}")
+    if timeout == 0:
+        return None, CONTROL_LIMIT
+    wait_ms = millis(timeout, "timeout")
+    return wait_ms, timeout + WAIT_MARGIN
+
+
+def granted_after_wait(sent: float, now: float, ttl: float) -> bool:
+    """The server counts a granted wait's TTL from the grant, the lease from the send:
+    an extend right after brings the lease up to date when the wait took long."""
+    return now - sent > margin(ttl)
+
+
+def check_permits(permits: int) -> int:
+    if isinstance(permits, bool) or not isinstance(permits, int):
+        raise TypeError(f"permits must be an int, not {type(permits).__name__}")
+    if not 1 <= permits <= 1 << 31:
+        raise ValueError(f"permits must be between 1 and 2^31: {permits}")
+    return permits

@@ -1,0 +1,159 @@
+"""Real redis-servers with the freshly built module on free loopback ports, and a
+TCP proxy that black-holes traffic on demand. No mocks: every test talks to a real
+server, as the module's own tests do (testkit/)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import redis
+
+from redis_lock_client._backend import parse_info
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def module_path() -> Path:
+    """``REDIS_LOCK_MODULE``, else the worktree's debug build (built if missing)."""
+    named = os.environ.get("REDIS_LOCK_MODULE")
+    if named:
+        return Path(named)
+    built = ROOT / "target" / "debug" / "libredis_lock.so"
+    if not built.exists():
+        subprocess.run(["cargo", "build", "--lib", "-p", "redis-lock"], cwd=ROOT, check=True)
+    return built
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """A redis-server child on a free port, in a directory of its own; killed by
+    :meth:`stop`."""
+
+    def __init__(self, with_module: bool = True, extra: tuple[str, ...] = ()) -> None:
+        self.dir = tempfile.TemporaryDirectory(prefix="redis-lock-py-")
+        binary = os.environ.get("REDIS_SERVER", "redis-server")
+        for _ in range(5):
+            self.port = free_port()
+            args = [binary, "--port", str(self.port), "--bind", "127.0.0.1"]
+            args += ["--save", "", "--appendonly", "no", "--dir", self.dir.name]
+            if with_module:
+                args += ["--loadmodule", str(module_path())]
+            args += [arg.replace("{dir}", self.dir.name) for arg in extra]
+            log = open(Path(self.dir.name) / "server.log", "w")  # noqa: SIM115
+            self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+            if self._ready():
+                return
+            self.stop()
+        raise RuntimeError(f"redis-server did not start; see {self.dir.name}/server.log")
+
+    def _ready(self) -> bool:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                return False  # the port was taken meanwhile, or the load failed
+            try:
+                info = self.client().info("server")
+                return int(info["process_id"]) == self.process.pid
+            except redis.ConnectionError:
+                time.sleep(0.02)
+        return False
+
+    def client(self, **kwargs: object) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)  # type: ignore[arg-type]
+
+    def pause(self) -> None:
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.kill()
+            self.process.wait()
+
+
+class BlackHoleProxy:
+    """Forwards 127.0.0.1:``port`` to the server until :meth:`black_hole`, then
+    swallows every byte both ways without closing anything, as a cut network does."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port: int = self.listener.getsockname()[1]
+        self.holed = threading.Event()
+        self.closed = threading.Event()
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def black_hole(self) -> None:
+        self.holed.set()
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target_port))
+            self.sockets += [client, server]
+            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+
+    def _pump(self, a: socket.socket, b: socket.socket) -> None:
+        peers = {a: b, b: a}
+        while not self.closed.is_set():
+            try:
+                ready, _, _ = select.select([a, b], [], [], 0.1)
+                for sock in ready:
+                    data = sock.recv(65536)
+                    if not data:
+                        return self._close_pair(a, b)
+                    if not self.holed.is_set():
+                        peers[sock].sendall(data)
+            except OSError:
+                return self._close_pair(a, b)
+
+    def _close_pair(self, a: socket.socket, b: socket.socket) -> None:
+        for sock in (a, b):
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def close(self) -> None:
+        self.closed.set()
+        self.listener.close()
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+def wait_until(condition: Callable[[], bool], limit: float = 5.0) -> None:
+    deadline = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+def lock_info(client: redis.Redis, key: str) -> dict[str, Any] | None:
+    """The server's LOCK.INFO of ``key``, read directly."""
+    raw: Any = client
+    return parse_info(raw.execute_command("LOCK.INFO", key))

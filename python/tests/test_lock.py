@@ -1,0 +1,147 @@
+"""The threaded Lock against a real server: grants, tokens, renewal, loss."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis
+
+from redis_lock_client import Lock, LockLostError, NoLockBackendError
+from redis_lock_client._errors import backend_missing
+
+from servers import RedisServer, lock_info, wait_until
+
+
+def test_a_lock_is_granted_with_a_token_and_released(client: redis.Redis) -> None:
+    lock = Lock(client, "job", ttl=5.0)
+    assert lock.acquire()
+    assert lock.token is not None and lock.token > 0
+    info = lock_info(client, "job")
+    assert info is not None and info["holders"] == [
+        {"owner": lock.owner, "ttl": pytest.approx(5.0, abs=0.5), "token": lock.token}
+    ]
+    assert lock.release() is True
+    assert lock_info(client, "job") is None
+    assert lock.token is None
+
+
+def test_a_busy_lock_is_refused_without_waiting_and_tokens_increase(client: redis.Redis) -> None:
+    first, second = Lock(client, "job"), Lock(client, "job")
+    assert first.acquire()
+    assert second.acquire(blocking=False) is False
+    assert second.acquire(timeout=0.2) is False
+    assert second.locked()
+    token = first.token
+    first.release()
+    assert second.acquire(blocking=False)
+    assert second.token is not None and token is not None and second.token > token
+    second.release()
+    assert not second.locked()
+
+
+def test_a_waiter_is_granted_at_release(client: redis.Redis) -> None:
+    holder, waiter = Lock(client, "job"), Lock(client, "job")
+    holder.acquire()
+    got: list[bool] = []
+    thread = threading.Thread(target=lambda: got.append(waiter.acquire(timeout=10)))
+    thread.start()
+    wait_until(lambda: (lock_info(client, "job") or {}).get("waiters") == 1)
+    holder.release()
+    thread.join(5)
+    assert got == [True]
+    waiter.release()
+
+
+def test_a_wait_outlives_the_clients_own_read_timeout(server: RedisServer) -> None:
+    # redis-py's read timeout (here 0.3 s) and retries would cut a wait short and
+    # re-queue it at the back; the holder's own connection has neither.
+    client = server.client(socket_timeout=0.3)
+    holder, waiter = Lock(client, "job"), Lock(client, "job")
+    holder.acquire()
+    threading.Timer(1.0, holder.release).start()
+    start = time.monotonic()
+    assert waiter.acquire(timeout=5)
+    assert 0.9 < time.monotonic() - start < 3
+    waiter.release()
+
+
+def test_renewal_keeps_a_lock_past_its_ttl(client: redis.Redis) -> None:
+    # A TTL that a loaded machine's scheduling cannot eat up (a renewal late by
+    # more than its lease is reported as a loss, rightly).
+    with Lock(client, "job", ttl=1.0) as lock:
+        token = lock.token
+        time.sleep(2.2)
+        assert not lock.lost.is_set()
+        info = lock_info(client, "job")
+        assert info is not None and info["holders"][0]["token"] == token
+
+
+def test_a_deleted_lock_is_reported_lost_and_the_block_raises(client: redis.Redis) -> None:
+    called = threading.Event()
+    with pytest.raises(LockLostError), Lock(client, "job", ttl=0.3, on_lost=called.set) as lock:
+        client.delete("job")
+        assert lock.lost.wait(2)
+        assert called.wait(2)
+        assert not lock.owned()
+
+
+def test_a_loss_can_be_left_to_lock_lost(client: redis.Redis) -> None:
+    with Lock(client, "job", ttl=0.3, raise_on_lost=False) as lock:
+        client.delete("job")
+        assert lock.lost.wait(2)
+
+
+def test_an_exception_in_the_block_releases_and_propagates(client: redis.Redis) -> None:
+    with pytest.raises(ZeroDivisionError), Lock(client, "job"):
+        _ = 1 / 0
+    assert lock_info(client, "job") is None
+
+
+def test_bad_arguments_are_refused_before_anything_is_sent(client: redis.Redis) -> None:
+    with pytest.raises(ValueError, match="ttl"):
+        Lock(client, "job", ttl=0)
+    with pytest.raises(ValueError, match="timeout"):
+        Lock(client, "job").acquire(blocking=False, timeout=1)
+    with pytest.raises(ValueError, match="timeout"):
+        Lock(client, "job").acquire(timeout=-3)
+    lock = Lock(client, "job")
+    with pytest.raises(RuntimeError):
+        lock.release()
+    assert lock_info(client, "job") is None
+
+
+def test_a_server_without_the_module_says_so() -> None:
+    server = RedisServer(with_module=False)
+    try:
+        with pytest.raises(NoLockBackendError, match="the server has no lock module"):
+            Lock(server.client(), "job").acquire()
+    finally:
+        server.stop()
+
+
+def test_an_unknown_command_after_the_probe_means_no_module() -> None:
+    # What the server answers once the module is gone (MODULE UNLOAD is refused
+    # while locks' data type is registered, so the reply is checked directly).
+    refusal = redis.ResponseError("unknown command 'LOCK.ACQUIRE', with args beginning with: ")
+    assert isinstance(backend_missing(refusal), NoLockBackendError)
+    assert backend_missing(redis.ResponseError("WRONGTYPE Operation against a key")) is None
+
+
+def test_a_key_of_another_type_is_refused(client: redis.Redis) -> None:
+    client.set("text", "hello")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        Lock(client, "text").acquire()
+
+
+def test_a_lock_over_a_unix_socket() -> None:
+    server = RedisServer(extra=("--unixsocket", "{dir}/redis.sock"))
+    try:
+        client = redis.Redis(unix_socket_path=f"{server.dir.name}/redis.sock")
+        lock = Lock(client, "job", ttl=5.0)
+        assert lock.acquire(timeout=1)
+        assert lock_info(client, "job") is not None
+        assert lock.release()
+    finally:
+        server.stop()
