@@ -55,8 +55,8 @@ test: deps
 
 # The Python client (python/): ruff, mypy --strict and pytest, in a virtual
 # environment of the project's own (target/venv), made and filled when missing or
-# when python/pyproject.toml or python/requirements-dev.txt changed. The tests start their own redis-servers with
-# the debug build of the module.
+# when python/pyproject.toml or python/requirements-dev.txt changed. The tests start
+# their own redis-servers with the debug build of the module.
 VENV := target/venv
 $(VENV)/.installed: python/pyproject.toml python/requirements-dev.txt
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV) || { \
