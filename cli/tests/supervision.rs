@@ -217,7 +217,7 @@ fn after_a_loss_a_grandchild_that_ignores_sigterm_is_killed_before_run_exits() {
     let dir = tempfile::tempdir().unwrap();
     let pid = dir.path().join("grandchild");
     let script = format!(
-        "bash -c 'echo $$ > {}; trap \"\" TERM; exec sleep 30' & wait",
+        "bash -c 'echo $$ > {}; trap \"\" TERM; exec sleep 30' >/dev/null 2>&1 & wait",
         pid.display()
     );
     let options = ["--ttl", "600ms", "--kill-after", "300ms"];
@@ -339,6 +339,10 @@ fn too_short_ttls_and_bad_owners_are_usage_errors() {
     let long_owner = "o".repeat(300);
     let cases: [(&[&str], &str); 5] = [
         (
+            &["run", "--owner", long_owner.as_str(), "job", "--", "true"],
+            "invalid owner",
+        ),
+        (
             &["run", "--ttl", "1ms", "job", "--", "true"],
             "at least 200ms",
         ),
@@ -351,10 +355,6 @@ fn too_short_ttls_and_bad_owners_are_usage_errors() {
             "must not be empty",
         ),
         (&["release", "job", "--owner", ""], "must not be empty"),
-        (
-            &["run", "--owner", &long_owner, "job", "--", "true"],
-            "invalid owner",
-        ),
     ];
     for (args, says) in cases {
         let output = redis_lock(&server.url()).args(args).output().unwrap();
