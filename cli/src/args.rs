@@ -10,11 +10,16 @@ use redis_lock_client::{Sentinel, Wait};
     name = "redis-lock",
     version,
     about = "Run a command under a Redis lock (the redis-lock module), renewed while it runs",
-    after_help = "Exit statuses of `run`: the command's own (128+N if signal N killed it); \
+    after_help = "The lock is held for COMMAND's whole process group: `run` releases it \
+                  once COMMAND exited and no process it left in its group runs on \
+                  (--no-wait-group: at once); after a loss, SIGTERM and then SIGKILL go to \
+                  the group, and `run` exits only once it is empty.\n\n\
+                  Exit statuses of `run`: the command's own (128+N if signal N killed it); \
                   75 the lock is busy; 76 the lock was lost while the command ran; \
-                  64 bad arguments; 65 the key holds another type; 69 no server; \
-                  70 other server errors; 78 the server lacks the module; \
-                  126/127 the command cannot be run."
+                  64 bad arguments (a TTL under 200ms, an empty or over-long owner); \
+                  65 the key holds another type; 69 no server, or no answer within \
+                  --wait plus 1s; 70 other server errors; 78 the server lacks the module; \
+                  126/127 the command cannot be run. `info`: 74 if stdout cannot be written."
 )]
 pub struct Cli {
     #[command(flatten)]
