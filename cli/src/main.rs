@@ -10,6 +10,7 @@
 mod args;
 mod events;
 mod exit;
+mod fault;
 mod group;
 mod info;
 mod run;

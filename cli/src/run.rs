@@ -143,6 +143,7 @@ async fn supervise(
                 return i32::from(args.lost_exit);
             }
             number = signals.next() => {
+                crate::fault::check("signal", lock.owner());
                 events.say(format_args!("passing signal {number} to the command"));
                 group.signal(number);
             }

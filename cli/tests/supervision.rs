@@ -456,3 +456,31 @@ fn a_wait_through_a_black_hole_gives_up_in_time() {
     assert_eq!(status.code(), Some(69));
     assert!(holder.release(&lock).unwrap());
 }
+
+/// A panic of `redis-lock` while the command runs (injected at a signal it passes
+/// on: debug builds only) ends the renewals, so the panic hook stops the command's
+/// group before the process goes: SIGTERM, then SIGKILL after --kill-after to what
+/// ignores it.
+#[test]
+fn a_panic_of_run_stops_the_commands_group() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let pid = dir.path().join("pid");
+    let script = format!(
+        "exec >/dev/null 2>&1; bash -c 'trap \"\" TERM HUP; echo $$ > {}; exec sleep 30' & wait",
+        pid.display()
+    );
+    let options = ["--owner", "panic:signal", "--kill-after", "500ms"];
+    let mut child = run(&server.url(), &options, "job", &script)
+        .env("REDIS_LOCK_FAULT_INJECTION", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_until(Duration::from_secs(5), || !read(&pid).is_empty());
+    let grandchild: i32 = read(&pid).trim().parse().unwrap();
+    signal(&child, libc::SIGHUP);
+    let status = exits_within(&mut child, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(101), "a panic");
+    assert!(!alive(grandchild), "the command's group outlived the panic");
+}
