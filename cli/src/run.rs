@@ -75,7 +75,8 @@ pub async fn run<K: Connector>(locks: LockClient<K>, args: RunArgs, events: Even
             } else {
                 exit::CANNOT_EXECUTE
             };
-            events::line(format_args!("cannot run {:?}: {error}", args.command[0]));
+            let program = args.command.first().map_or("", String::as_str);
+            events::line(format_args!("cannot run {program:?}: {error}"));
             renewer.stop();
             release(&locks, &lock, &events).await;
             return status;
