@@ -487,3 +487,29 @@ fn a_panic_of_run_stops_the_commands_group() {
     assert_eq!(status.code(), Some(101), "a panic");
     assert!(!alive(grandchild), "the command's group outlived the panic");
 }
+
+/// `info` into a pipe nobody reads: an error status, not a panic.
+#[test]
+fn info_into_a_closed_pipe_exits_74() {
+    let server = Server::start();
+    let mut ends = [-1; 2];
+    // SAFETY: pipe writes the two descriptors into `ends`.
+    assert_eq!(unsafe { libc::pipe(ends.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors were just opened and are owned here alone; the read
+    // end is closed at once.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+    drop(read_end);
+    for json in [false, true] {
+        let mut command = redis_lock(&server.url());
+        command.args(["info", "job"]);
+        if json {
+            command.arg("--json");
+        }
+        let output = command
+            .stdout(Stdio::from(write_end.try_clone().unwrap()))
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(74), "{}", stderr(&output));
+    }
+}
