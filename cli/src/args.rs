@@ -10,11 +10,16 @@ use redis_lock_client::{Sentinel, Wait};
     name = "redis-lock",
     version,
     about = "Run a command under a Redis lock (the redis-lock module), renewed while it runs",
-    after_help = "Exit statuses of `run`: the command's own (128+N if signal N killed it); \
+    after_help = "The lock is held for COMMAND's whole process group: `run` releases it \
+                  once COMMAND exited and no process it left in its group runs on \
+                  (--no-wait-group: at once); after a loss, SIGTERM and then SIGKILL go to \
+                  the group, and `run` exits only once it is empty.\n\n\
+                  Exit statuses of `run`: the command's own (128+N if signal N killed it); \
                   75 the lock is busy; 76 the lock was lost while the command ran; \
-                  64 bad arguments; 65 the key holds another type; 69 no server; \
-                  70 other server errors; 78 the server lacks the module; \
-                  126/127 the command cannot be run."
+                  64 bad arguments (a TTL under 200ms, an empty or over-long owner); \
+                  65 the key holds another type; 69 no server, or no answer within \
+                  --wait plus 1s; 70 other server errors; 78 the server lacks the module; \
+                  126/127 the command cannot be run. `info`: 74 if stdout cannot be written."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -91,15 +96,15 @@ pub enum Command {
     Release {
         key: String,
         /// The owner id the holding was taken with (`run --owner`).
-        #[arg(long)]
+        #[arg(long, value_parser = owner)]
         owner: String,
     },
 }
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The holding's TTL, renewed every third of it while COMMAND runs.
-    #[arg(long, default_value = "30s", value_parser = duration)]
+    /// The holding's TTL, renewed every third of it while COMMAND runs; at least 200ms.
+    #[arg(long, default_value = "30s", value_parser = ttl)]
     pub ttl: Duration,
     /// Wait in the server's queue up to this long when the lock is busy ("forever":
     /// no limit). Without it, a busy lock exits at once.
@@ -111,11 +116,16 @@ pub struct RunArgs {
     /// Exit status when the lock is lost while COMMAND runs.
     #[arg(long, default_value_t = 76)]
     pub lost_exit: u8,
-    /// After a loss, how long COMMAND has between SIGTERM and SIGKILL.
+    /// After a loss, how long COMMAND's process group has between SIGTERM and
+    /// SIGKILL; `run` exits only once the whole group is gone.
     #[arg(long, default_value = "10s", value_parser = duration)]
     pub kill_after: Duration,
-    /// The owner id to hold the lock as (default: a fresh UUID).
+    /// Release the lock as soon as COMMAND exits, even if processes it started in its
+    /// group still run (by default the lock is held until the group is empty).
     #[arg(long)]
+    pub no_wait_group: bool,
+    /// The owner id to hold the lock as (default: a fresh UUID).
+    #[arg(long, value_parser = owner)]
     pub owner: Option<String>,
     /// Take a shared holding (a read lock): runs beside other shared holders, never
     /// beside an exclusive one.
@@ -129,6 +139,34 @@ pub struct RunArgs {
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+/// The shortest `--ttl` that renewing can keep. Under 500 ms the lease ends 50 ms
+/// before the server's TTL (the client's margin for clock rate), and the first
+/// renewal goes out at a third of the TTL: at 200 ms that leaves 83 ms, a few round
+/// trips with a retry, for a renewal to be acknowledged. Shorter TTLs lose the lock
+/// to one slow reply (at 100 ms, 17 ms), and under 50 ms there is no lease at all.
+pub const MIN_TTL: Duration = Duration::from_millis(200);
+
+fn ttl(text: &str) -> Result<Duration, String> {
+    let ttl = duration(text)?;
+    if ttl < MIN_TTL {
+        return Err(format!(
+            "{text:?} is too short to renew: at least {} (renewals go out every third \
+             of the TTL and must be acknowledged before the lease's margin)",
+            humantime::format_duration(MIN_TTL)
+        ));
+    }
+    Ok(ttl)
+}
+
+/// An owner id: not empty (the server's longest, `lock.max-owner-len`, is its own to
+/// check: it refuses with an error naming the owner, which exits 64 too).
+fn owner(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        return Err("an owner id must not be empty".into());
+    }
+    Ok(text.to_string())
 }
 
 fn duration(text: &str) -> Result<Duration, String> {

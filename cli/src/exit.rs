@@ -3,6 +3,8 @@
 
 use redis_lock_client::Error;
 
+use crate::events;
+
 /// Bad arguments (EX_USAGE).
 pub const USAGE: i32 = 64;
 /// The key holds a value that is not a lock (EX_DATAERR).
@@ -11,6 +13,8 @@ pub const WRONG_TYPE: i32 = 65;
 pub const NO_SERVER: i32 = 69;
 /// Any other failure (EX_SOFTWARE).
 pub const SOFTWARE: i32 = 70;
+/// Output could not be written (EX_IOERR): `info`'s stdout was closed.
+pub const OUTPUT: i32 = 74;
 /// The server has no redis-lock module (EX_CONFIG).
 pub const NO_MODULE: i32 = 78;
 /// The command exists but cannot be executed (as shells do).
@@ -24,14 +28,29 @@ pub const NOT_HELD: i32 = 1;
 pub fn failure(error: &Error, key: &str) -> i32 {
     let (status, line) = match error {
         Error::Connection(cause) => (NO_SERVER, format!("cannot reach the server: {cause}")),
+        Error::WaitUnanswered { .. } => (NO_SERVER, error.to_string()),
         Error::ModuleNotLoaded(_) => (NO_MODULE, error.to_string()),
         Error::WrongType(_) => (
             WRONG_TYPE,
             format!("{key:?} holds a value that is not a lock"),
         ),
         Error::InvalidArgument(cause) => (USAGE, cause.clone()),
+        Error::Server(cause) if refused_argument(cause) => (
+            USAGE,
+            format!(
+                "the server refused an argument: {}",
+                cause.detail().unwrap_or_default()
+            ),
+        ),
         other => (SOFTWARE, other.to_string()),
     };
-    eprintln!("redis-lock: {line}");
+    events::line(line);
     status
+}
+
+/// `ERR invalid owner: …`, `ERR invalid ttl: …`: the module names the argument it
+/// refused (an owner over the server's `lock.max-owner-len`, a TTL over its
+/// `lock.max-ttl`), which only the server knows.
+fn refused_argument(error: &redis::RedisError) -> bool {
+    error.code() == Some("ERR") && error.detail().is_some_and(|d| d.starts_with("invalid "))
 }

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
-use redis_lock_client::{Connector, Error, LockClient, LockInfo, Mode};
+use redis_lock_client::{Connector, Error, Holder, LockClient, LockInfo, Mode};
+use serde::Serialize;
 
-use crate::events::Events;
+use crate::events::{self, Events};
 use crate::exit;
 
 pub async fn info<K: Connector>(locks: LockClient<K>, key: &str, json: bool) -> i32 {
@@ -12,12 +13,16 @@ pub async fn info<K: Connector>(locks: LockClient<K>, key: &str, json: bool) -> 
         Ok(info) => info,
         Err(error) => return exit::failure(&error, key),
     };
-    if json {
-        println!("{}", as_json(key, info.as_ref()));
+    let text = if json {
+        as_json(key, info.as_ref())
     } else {
-        print!("{}", as_text(key, info.as_ref()));
+        as_text(key, info.as_ref())
+    };
+    if events::out(&text) {
+        0
+    } else {
+        exit::OUTPUT
     }
-    0
 }
 
 pub async fn release<K: Connector>(
@@ -40,11 +45,17 @@ pub async fn release<K: Connector>(
     };
     match released.await {
         Ok(true) => {
-            events.say(format_args!("released {key} (owner {owner})"));
+            events.say(format_args!(
+                "released {key} (owner {})",
+                events::escaped(owner.as_bytes())
+            ));
             0
         }
         Ok(false) => {
-            eprintln!("redis-lock: {key} is not held by {owner}");
+            events::line(format_args!(
+                "{key} is not held by {}",
+                events::escaped(owner.as_bytes())
+            ));
             exit::NOT_HELD
         }
         Err(error) => exit::failure(&error, key),
@@ -78,7 +89,7 @@ fn as_text(key: &str, info: Option<&LockInfo>) -> String {
     for holder in &info.holders {
         text.push_str(&format!(
             "  owner {}  token {}  ttl {}\n",
-            holder.owner,
+            events::escaped(holder.owner.as_bytes()),
             holder.token,
             ttl(holder.ttl)
         ));
@@ -86,45 +97,62 @@ fn as_text(key: &str, info: Option<&LockInfo>) -> String {
     text
 }
 
-fn as_json(key: &str, info: Option<&LockInfo>) -> String {
-    let Some(info) = info else {
-        return format!("{{\"key\":{},\"held\":false}}", string(key));
-    };
-    let holders: Vec<String> = info
-        .holders
-        .iter()
-        .map(|h| {
-            let ttl = h.ttl.map_or("null".into(), |t| t.as_millis().to_string());
-            format!(
-                "{{\"owner\":{},\"token\":{},\"ttl_ms\":{ttl}}}",
-                string(&h.owner.to_string()),
-                h.token
-            )
-        })
-        .collect();
-    format!(
-        "{{\"key\":{},\"held\":true,\"mode\":\"{}\",\"waiters\":{},\"holders\":[{}]}}",
-        string(key),
-        mode(info),
-        info.waiters,
-        holders.join(",")
-    )
+/// `info --json`: one object per line. An owner is its text; one that is not UTF-8
+/// also has `owner_hex`, its exact bytes (the text then has U+FFFD in their place).
+#[derive(Serialize)]
+struct Json<'a> {
+    key: &'a str,
+    held: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mode: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waiters: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    holders: Option<Vec<JsonHolder>>,
 }
 
-/// A JSON string literal.
-fn string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
+#[derive(Serialize)]
+struct JsonHolder {
+    owner: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner_hex: Option<String>,
+    token: i64,
+    ttl_ms: Option<u64>,
+}
+
+impl JsonHolder {
+    fn of(holder: &Holder) -> JsonHolder {
+        let bytes = holder.owner.as_bytes();
+        let (owner, owner_hex) = match holder.owner.as_str() {
+            Some(text) => (text.to_string(), None),
+            None => (
+                String::from_utf8_lossy(bytes).into_owned(),
+                Some(bytes.iter().map(|b| format!("{b:02x}")).collect()),
+            ),
+        };
+        JsonHolder {
+            owner,
+            owner_hex,
+            token: holder.token,
+            ttl_ms: holder
+                .ttl
+                .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         }
     }
-    out.push('"');
-    out
+}
+
+fn as_json(key: &str, info: Option<&LockInfo>) -> String {
+    let json = Json {
+        key,
+        held: info.is_some(),
+        mode: info.map(mode),
+        waiters: info.map(|i| i.waiters),
+        holders: info.map(|i| i.holders.iter().map(JsonHolder::of).collect()),
+    };
+    // Serializing strings and integers cannot fail; the fallback is never printed.
+    let mut line = serde_json::to_string(&json).unwrap_or_else(|_| "{}".into());
+    line.push('\n');
+    line
 }
 
 #[cfg(test)]
@@ -132,13 +160,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn json_strings_are_escaped() {
-        assert_eq!(string("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
-    }
-
-    #[test]
     fn a_free_lock_is_said_so() {
         assert_eq!(as_text("job", None), "job: free\n");
-        assert_eq!(as_json("job", None), "{\"key\":\"job\",\"held\":false}");
+        assert_eq!(as_json("job", None), "{\"key\":\"job\",\"held\":false}\n");
     }
 }

@@ -10,6 +10,8 @@
 mod args;
 mod events;
 mod exit;
+mod fault;
+mod group;
 mod info;
 mod run;
 
@@ -26,8 +28,8 @@ fn main() {
             // A one-line cause, as for every other error, then clap's usage hint.
             let text = error.to_string();
             let first = text.lines().next().unwrap_or("bad arguments");
-            eprintln!("redis-lock: {}", first.trim_start_matches("error: "));
-            eprintln!("redis-lock: see `redis-lock --help`");
+            events::line(first.trim_start_matches("error: "));
+            events::line("see `redis-lock --help`");
             std::process::exit(exit::USAGE);
         }
         Err(help_or_version) => {
@@ -37,6 +39,7 @@ fn main() {
     };
     let events = Events::new(cli.quiet);
     events.install_tracing();
+    group::install_panic_hook();
     // rediss:// URLs: rustls's crypto, ring's, for the whole process (redis-rs builds its
     // TLS configurations on the process default). Fails only if one is installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -47,7 +50,7 @@ fn main() {
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("redis-lock: cannot start: {error}");
+            events::line(format_args!("cannot start: {error}"));
             std::process::exit(exit::SOFTWARE);
         }
     };
@@ -60,7 +63,7 @@ async fn dispatch(cli: Cli, events: Events) -> i32 {
     let target = match cli.connection.target() {
         Ok(target) => target,
         Err(message) => {
-            eprintln!("redis-lock: {message}");
+            events::line(message);
             return exit::USAGE;
         }
     };

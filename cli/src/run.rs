@@ -11,8 +11,9 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::args::RunArgs;
-use crate::events::Events;
+use crate::events::{self, Events};
 use crate::exit;
+use crate::group::{self, Group};
 
 /// How long the final release may take before the lock is left to its TTL.
 const RELEASE_LIMIT: Duration = Duration::from_secs(2);
@@ -21,7 +22,7 @@ pub async fn run<K: Connector>(locks: LockClient<K>, args: RunArgs, events: Even
     let mut signals = match Signals::new() {
         Ok(signals) => signals,
         Err(error) => {
-            eprintln!("redis-lock: cannot watch signals: {error}");
+            events::line(format_args!("cannot watch signals: {error}"));
             return exit::SOFTWARE;
         }
     };
@@ -61,10 +62,11 @@ pub async fn run<K: Connector>(locks: LockClient<K>, args: RunArgs, events: Even
         "acquired {} with token {} (owner {}, ttl {})",
         lock.key(),
         lock.token(),
-        lock.owner(),
+        events::escaped(lock.owner().as_bytes()),
         humantime::format_duration(lock.ttl())
     ));
     let renewer = locks.renewer(&lock);
+    group::become_subreaper();
     let mut child = match spawn(&args.command, &lock) {
         Ok(child) => child,
         Err(error) => {
@@ -73,38 +75,109 @@ pub async fn run<K: Connector>(locks: LockClient<K>, args: RunArgs, events: Even
             } else {
                 exit::CANNOT_EXECUTE
             };
-            eprintln!("redis-lock: cannot run {:?}: {error}", args.command[0]);
+            let program = args.command.first().map_or("", String::as_str);
+            events::line(format_args!("cannot run {program:?}: {error}"));
             renewer.stop();
             release(&locks, &lock, &events).await;
             return status;
         }
     };
-    let group = child
-        .id()
-        .and_then(|pid| i32::try_from(pid).ok())
-        .unwrap_or(0);
-    let lost = lock.signal();
-    let code = loop {
-        tokio::select! {
-            status = child.wait() => break status_code(status),
-            () = lost.lost() => {
-                events.say(format_args!(
-                    "lost {} (the server no longer holds it, or no renewal was acknowledged \
-                     before the lease ran out): SIGTERM to the command",
-                    lock.key()
-                ));
-                stop(&mut child, group, args.kill_after, &events).await;
-                break i32::from(args.lost_exit);
-            }
-            number = signals.next() => {
-                events.say(format_args!("passing signal {number} to the command"));
-                kill_group(group, number);
-            }
+    let code = match Group::led_by(child.id()) {
+        Some(group) => {
+            group.stop_on_panic(args.kill_after);
+            let code = supervise(&mut child, group, &lock, &args, &mut signals, &events).await;
+            Group::forget_on_panic();
+            code
         }
+        // The child exited and was reaped before its id was read: no group to watch.
+        None => status_code(child.wait().await),
     };
     renewer.stop();
     release(&locks, &lock, &events).await;
     code
+}
+
+/// Watches the command's group until it is done with the lock: the command exited
+/// and (unless --no-wait-group) every process of its group too; or the lock was
+/// lost and the whole group is gone. Passes signals on to the group meanwhile.
+async fn supervise(
+    child: &mut Child,
+    group: Group,
+    lock: &Lock,
+    args: &RunArgs,
+    signals: &mut Signals,
+    events: &Events,
+) -> i32 {
+    let lost = lock.signal();
+    let mut exited: Option<i32> = None;
+    let mut told_of_survivors = false;
+    loop {
+        let (state, wait_group) = (exited, !args.no_wait_group);
+        let group_done = async move {
+            match state {
+                Some(_) if wait_group => group.emptied().await,
+                Some(_) => {}
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            status = child.wait(), if exited.is_none() => {
+                let code = status_code(status);
+                exited = Some(code);
+                if !args.no_wait_group && !group.is_empty() && !told_of_survivors {
+                    told_of_survivors = true;
+                    events.say(format_args!(
+                        "the command exited ({code}) but left processes in its group: \
+                         holding {} until they exit (--no-wait-group releases at once)",
+                        lock.key()
+                    ));
+                }
+            }
+            () = group_done => return exited.unwrap_or(exit::SOFTWARE),
+            () = lost.lost() => {
+                events.say(format_args!(
+                    "lost {} (the server no longer holds it, or no renewal was acknowledged \
+                     before the lease ran out): SIGTERM to the command's group",
+                    lock.key()
+                ));
+                stop(child, exited.is_some(), group, args.kill_after, events).await;
+                return i32::from(args.lost_exit);
+            }
+            number = signals.next() => {
+                crate::fault::check("signal", lock.owner());
+                events.say(format_args!("passing signal {number} to the command"));
+                group.signal(number);
+            }
+        }
+    }
+}
+
+/// SIGTERM to the group, SIGKILL to the group after `kill_after`; returns once the
+/// command was waited for and no process of its group is left.
+async fn stop(
+    child: &mut Child,
+    exited: bool,
+    group: Group,
+    kill_after: Duration,
+    events: &Events,
+) {
+    group.signal(libc::SIGTERM);
+    let gone = async {
+        if !exited {
+            let _ = child.wait().await;
+        }
+        group.emptied().await;
+    };
+    if tokio::time::timeout(kill_after, gone).await.is_ok() {
+        return;
+    }
+    events.say(format_args!(
+        "the command's group outlived --kill-after {}: SIGKILL to the group",
+        humantime::format_duration(kill_after)
+    ));
+    group.signal(libc::SIGKILL);
+    let _ = child.wait().await;
+    group.killed().await;
 }
 
 /// The command as a child in a process group of its own (so a loss stops all it
@@ -122,31 +195,6 @@ fn spawn(command: &[String], lock: &Lock) -> std::io::Result<Child> {
         .spawn()
 }
 
-/// SIGTERM to the child's group, then SIGKILL after `kill_after`; waits for the child.
-async fn stop(child: &mut Child, group: i32, kill_after: Duration, events: &Events) {
-    kill_group(group, libc::SIGTERM);
-    if tokio::time::timeout(kill_after, child.wait())
-        .await
-        .is_err()
-    {
-        events.say(format_args!(
-            "the command outlived --kill-after {}: SIGKILL",
-            humantime::format_duration(kill_after)
-        ));
-        kill_group(group, libc::SIGKILL);
-        let _ = child.wait().await;
-    }
-}
-
-fn kill_group(group: i32, number: i32) {
-    if group > 0 {
-        // SAFETY: killpg has no memory effects; a stale group id fails with ESRCH.
-        unsafe {
-            libc::killpg(group, number);
-        }
-    }
-}
-
 /// The child's exit status, or 128+N if signal N killed it.
 fn status_code(status: std::io::Result<ExitStatus>) -> i32 {
     match status {
@@ -162,7 +210,7 @@ async fn busy<K: Connector>(locks: &LockClient<K>, args: &RunArgs, events: &Even
     let holder = match locks.lock_info(&args.key).await {
         Ok(Some(info)) => format!(
             ": held by {} (token {}, {} left)",
-            info.owner,
+            events::escaped(info.owner.as_bytes()),
             info.token,
             info.ttl
                 .map_or("no expiry".into(), |t| humantime::format_duration(

@@ -26,6 +26,9 @@ use crate::sync::Locked;
 /// lapses with its TTL).
 pub(crate) const RELEASE_LIMIT: Duration = Duration::from_secs(1);
 
+/// How long a withdrawal after an unanswered wait is given to go out.
+const WITHDRAW_SEND: Duration = Duration::from_millis(100);
+
 /// The lock commands, for every async connection. Import the trait and `.await`
 /// them on the connection, as with [`redis::AsyncCommands`].
 ///
@@ -253,9 +256,16 @@ pub(crate) async fn acquire_on<C: ConnectionLike + Send>(
                 Next::Fail(error, withdraw) => {
                     if let Some(withdraw) = withdraw {
                         // Sent on the first poll; its reply may come only after the
-                        // wait it follows, and is not needed.
+                        // wait it follows, and is not needed. After a wait that got
+                        // no answer the server hangs or the path is cut: waiting for
+                        // this reply would only push the give-up past its bound.
+                        let limit = if matches!(error, Error::ResponseTimeout(_)) {
+                            WITHDRAW_SEND
+                        } else {
+                            RELEASE_LIMIT
+                        };
                         let sent = withdraw.query_async::<i64>(con);
-                        let _ = tokio::time::timeout(RELEASE_LIMIT, sent).await;
+                        let _ = tokio::time::timeout(limit, sent).await;
                     }
                     return Err(error);
                 }

@@ -11,7 +11,7 @@ use redis::{AsyncConnectionConfig, RedisResult};
 use crate::aio::{
     acquire_on, run_under, AsyncLockCommands, AsyncLockGuard, BoxFuture, Releaser, RELEASE_LIMIT,
 };
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lease::LockLost;
 use crate::lock::{Lock, LockInfo};
 use crate::renew::{AsyncRenewer, Fresh};
@@ -19,7 +19,13 @@ use crate::request::{release_of, Request, Wait};
 use crate::sync::Locked;
 
 /// How long opening a connection for a lock command may take.
-const CONNECT_LIMIT: Duration = Duration::from_secs(2);
+pub(crate) const CONNECT_LIMIT: Duration = Duration::from_secs(2);
+
+/// How long past its wait a waiting acquire may go without an answer before it is
+/// given up as unanswered. The server answers a wait that runs out at its end; the
+/// margin covers the round trip and a busy server, and bounds the wait when the
+/// server hangs or the network drops everything.
+pub const WAIT_MARGIN: Duration = Duration::from_secs(1);
 
 /// Where a [`LockClient`] gets its connections: each wait, renewer and release
 /// opens one of its own.
@@ -102,8 +108,11 @@ impl<K: Connector> LockClient<K> {
         self.acquire_with(Request::new(key, ttl).wait(wait)).await
     }
 
-    /// Acquires as `request` says, on a connection of its own without a response
-    /// timeout, closed when this returns. Dropping the future (a `select!`, a
+    /// Acquires as `request` says, on a connection of its own, closed when this
+    /// returns. A wait of `Wait::For(d)` gets no answer for at most `d` plus
+    /// [`WAIT_MARGIN`], whatever the server or the network does (then
+    /// [`Error::WaitUnanswered`](crate::Error::WaitUnanswered)); `Wait::Forever`
+    /// has no response timeout. Dropping the future (a `select!`, a
     /// `tokio::time::timeout`) closes the connection, which takes the request out of
     /// the server's queue, and then releases the request's owner id in the
     /// background, in case the grant crossed the close: no lock is left to an owner
@@ -114,10 +123,10 @@ impl<K: Connector> LockClient<K> {
             connector: self.connector.clone(),
             request: (!request.owner_given).then(|| request.clone()),
         };
-        let response_timeout = if request.wait.waits() {
-            None
-        } else {
-            Some(CONNECT_LIMIT)
+        let response_timeout = match request.wait {
+            Wait::For(wait) if request.wait.waits() => Some(wait.saturating_add(WAIT_MARGIN)),
+            Wait::Forever => None,
+            _ => Some(CONNECT_LIMIT),
         };
         let acquired = async {
             let mut con = self.connector.connect(response_timeout).await?;
@@ -125,7 +134,13 @@ impl<K: Connector> LockClient<K> {
         }
         .await;
         withdraw.request = None;
-        acquired
+        match (acquired, request.wait) {
+            (Err(Error::ResponseTimeout(_)), Wait::For(wait)) => Err(Error::WaitUnanswered {
+                wait,
+                margin: WAIT_MARGIN,
+            }),
+            (acquired, _) => acquired,
+        }
     }
 
     /// Takes the lock and returns a guard that releases it when dropped.

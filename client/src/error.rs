@@ -44,6 +44,21 @@ pub enum Error {
          (or has none); the request was withdrawn ({0})"
     )]
     ResponseTimeout(RedisError),
+    /// A wait of a [`LockClient`](crate::LockClient) got no answer within the wait
+    /// plus [`WAIT_MARGIN`](crate::WAIT_MARGIN): a server answers a wait that ran
+    /// out with "busy" at its end, so the server hangs (stopped, a long script) or
+    /// the network drops everything. A fresh owner's request was withdrawn.
+    #[error(
+        "no answer from the server within the wait of {wait:?} plus {margin:?}: the \
+         server hangs or the network drops everything; gave up (a fresh owner's request \
+         was withdrawn)"
+    )]
+    WaitUnanswered {
+        /// The wait asked for.
+        wait: std::time::Duration,
+        /// What was allowed beyond it.
+        margin: std::time::Duration,
+    },
     /// The lock is no longer held by this owner (it expired, its lease ran out, or an
     /// administrator deleted it): work guarded by it must stop.
     #[error("the lock {key:?} is no longer held by this owner")]

@@ -56,7 +56,7 @@ mod sentinel;
 mod sync;
 
 pub use aio::{AsyncLockCommands, AsyncLockGuard};
-pub use connector::{Connector, LockClient};
+pub use connector::{Connector, LockClient, WAIT_MARGIN};
 pub use error::{Error, Result};
 pub use lease::{margin, LockLost};
 pub use lock::{Holder, Lock, LockInfo, Mode, Owner};

@@ -7,7 +7,7 @@ use redis::aio::MultiplexedConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{ConnectionInfo, IntoConnectionInfo, RedisResult};
 
-use crate::connector::Connector;
+use crate::connector::{Connector, CONNECT_LIMIT};
 
 /// The master that Redis Sentinel names `master`, found through `sentinels`.
 ///
@@ -84,7 +84,13 @@ impl Connector for Sentinel {
     type Connection = MultiplexedConnection;
 
     async fn connect(&self, response_timeout: Option<Duration>) -> RedisResult<Self::Connection> {
-        let master = self.sentinel_client()?.async_get_client().await?;
+        // The sentinels are asked with the connect's own bound: a hung one must not
+        // hold up a wait's or a renewal's time limit.
+        let mut ask = self.sentinel_client()?;
+        let master = match tokio::time::timeout(CONNECT_LIMIT, ask.async_get_client()).await {
+            Ok(master) => master?,
+            Err(elapsed) => return Err(crate::aio::timed_out(elapsed)),
+        };
         master.connect(response_timeout).await
     }
 }

@@ -6,9 +6,12 @@ use redis_lock_testkit as common;
 
 use std::time::{Duration, Instant};
 
+use common::proxy::Proxy;
 use common::Server;
 use redis::AsyncConnectionConfig;
-use redis_lock_client::{AsyncLockCommands, Error, LockClient, LockCommands, Request, Wait};
+use redis_lock_client::{
+    AsyncLockCommands, Error, LockClient, LockCommands, Request, Wait, WAIT_MARGIN,
+};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -158,4 +161,51 @@ async fn a_cancelled_wait_leaves_no_ghost_owner() {
             }
         }
     }
+}
+
+/// A server answers a wait that ran out with "busy"; one that answers nothing (it
+/// was stopped, or the network drops every byte) must not hold the waiter past its
+/// wait plus the margin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_gives_up_in_time_when_the_server_stops_or_the_path_black_holes() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    let mut holder = server.connection();
+    let held = holder.try_acquire("job", TTL).unwrap().unwrap();
+    let wait = Duration::from_millis(500);
+    for stopped in [true, false] {
+        let locks = LockClient::new(if stopped {
+            server.client()
+        } else {
+            proxy.client()
+        });
+        let waiting = tokio::spawn(async move {
+            let started = Instant::now();
+            let answer = locks.acquire("job", TTL, Wait::For(wait)).await;
+            (answer, started.elapsed())
+        });
+        common::wait_until(Duration::from_secs(5), || {
+            holder
+                .lock_info("job")
+                .unwrap()
+                .is_some_and(|info| info.waiters == 1)
+        });
+        if stopped {
+            server.pause();
+        } else {
+            proxy.black_hole();
+        }
+        let answered = tokio::time::timeout(Duration::from_secs(10), waiting).await;
+        server.resume();
+        let (answer, waited) = answered.expect("the wait gave up in time").unwrap();
+        assert!(
+            matches!(answer, Err(Error::WaitUnanswered { .. })),
+            "stopped {stopped}: {answer:?}"
+        );
+        assert!(
+            waited < wait + WAIT_MARGIN + Duration::from_secs(1),
+            "stopped {stopped}: gave up after {waited:?}"
+        );
+    }
+    assert!(holder.release(&held).unwrap());
 }
