@@ -222,7 +222,9 @@ end
 local function load_lock(key)
     local raw = redis.pcall('HGETALL', key)
     if raw.err then
-        fail(WRONGTYPE)
+        -- WRONGTYPE, or on a Cluster a key of another slot (a key with braces but no
+        -- hash tag): the server's own error, before anything was written.
+        fail(raw.err)
     end
     local lock = { holders = {} }
     for i = 1, #raw, 2 do
@@ -258,7 +260,9 @@ end
 local function load_queue(qkey)
     local raw = redis.pcall('HGETALL', qkey)
     if raw.err then
-        fail(WRONGTYPE)
+        -- WRONGTYPE, or on a Cluster a key of another slot (a key with braces but no
+        -- hash tag): the server's own error, before anything was written.
+        fail(raw.err)
     end
     local queue = { mark = 0, seq = 0, places = {}, grants = {} }
     for i = 1, #raw, 2 do
@@ -485,6 +489,18 @@ local function hand_off(state)
     end
 end
 
+-- A holding now ends earlier than the head of the queue was told (a refresh or an
+-- extend to a shorter TTL): a wake-up ("0", not a token) on the head's list makes
+-- it ask again, so it claims the lapse when it happens, not at its next renewal.
+local function wake_head(state, before, after)
+    local head = state.queue.places[1]
+    if head and after < before then
+        local list = grant_key(state.key, head.owner)
+        redis.call('RPUSH', list, '0')
+        redis.call('PEXPIREAT', list, int(head.lease_until))
+    end
+end
+
 -- The owner collected its grant (or holds by a plain acquire): its grant list and
 -- note go.
 local function collect(state, owner)
@@ -524,10 +540,12 @@ local function refresh(state, request)
         fail('ERR mode conflict: owner holds this lock ' .. state.lock.mode
             .. '; release it first (no upgrade or downgrade)')
     end
+    local before = h.expires
     h.expires = math.min(state.now + request.ttl, EXACT)
     write_holding(state, h)
     store_lock(state)
     collect(state, request.owner)
+    wake_head(state, before, h.expires)
     return h
 end
 
@@ -627,9 +645,11 @@ local function lock_extend(keys, args)
     if not h or not live(h.expires, state.now) then
         return 0
     end
+    local before = h.expires
     h.expires = math.min(state.now + ttl, EXACT)
     write_holding(state, h)
     store_lock(state)
+    wake_head(state, before, h.expires)
     return 1
 end
 
@@ -698,17 +718,18 @@ local function wake_in(state, place, index)
 end
 
 -- FCALL lock_wait 1 key owner ttl [SHARED | LIMIT n] [LEASE ms]
--- The waiting form of lock_acquire (docs/PROTOCOL.md). Replies {token, 0} when the
--- owner holds the lock (granted now, refreshed, or a pushed grant collected), else
--- {0, ms}: the owner has a place in the queue, whose lease (LEASE, 2000 ms by
--- default) now runs again, and should BLPOP its grant list for at most `ms`
--- before calling lock_wait again.
+-- The waiting form of lock_acquire (docs/PROTOCOL.md). Replies {token, 0, list}
+-- when the owner holds the lock (granted now, refreshed, or a pushed grant
+-- collected), else {0, ms, list}: the owner has a place in the queue, whose lease
+-- (LEASE, 2000 ms by default) now runs again, and should BLPOP `list` (its grant
+-- list) for at most `ms` before calling lock_wait again.
 local function lock_wait(keys, args)
     if #keys ~= 1 or #args < 2 or #args > 15 then
         arity('lock_wait')
     end
     local request = parse_request(args, 1, true)
     local state = open(keys[1])
+    local list = grant_key(state.key, request.owner)
     check_mode(state, request)
     if not holding_of(state, request.owner) then
         check_owner_len(request.owner)
@@ -719,13 +740,13 @@ local function lock_wait(keys, args)
         if place_of(state, request.owner) then
             drop_fields(state, { 'w:' .. request.owner })
         end
-        return { held.token, 0 }
+        return { held.token, 0, list }
     end
     local place, index = place_of(state, request.owner)
     if not place and #state.queue.places == 0 and fits(state, request.shared, request.limit) then
         local h = grant(state, request.owner, request.shared, state.now + request.ttl)
         store_queue(state)
-        return { h.token, 0 }
+        return { h.token, 0, list }
     end
     if not place then
         state.queue.seq = state.queue.seq + 1
@@ -741,7 +762,7 @@ local function lock_wait(keys, args)
         table.concat({ int(place.seq), int(place.lease_until), int(place.lease),
             int(place.ttl), place.shared and 's' or 'x', int(place.limit or 0) }, ' '),
     })
-    return { 0, wake_in(state, place, index) }
+    return { 0, wake_in(state, place, index), list }
 end
 
 -- FCALL lock_cancel 1 key owner

@@ -658,7 +658,12 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(masters: usize) -> Cluster {
-        let config = Config::default()
+        Cluster::start_with(masters, Config::default())
+    }
+
+    /// A Cluster whose nodes start from `config` (e.g. [`Config::without_module`]).
+    pub fn start_with(masters: usize, config: Config) -> Cluster {
+        let config = config
             .set("cluster-enabled", "yes")
             .set("cluster-config-file", "nodes.conf")
             .set("cluster-node-timeout", "5000");
@@ -876,4 +881,31 @@ mod tls {
     pub fn write_certificates(_: &std::path::Path) -> Result<(), String> {
         Err("redis-lock-testkit was built without its tls feature".into())
     }
+}
+
+/// The `redislock` function library (`lua/redislock.lua`), as `FUNCTION LOAD` takes it.
+pub fn library_source() -> String {
+    let path = workspace_root().join("lua").join("redislock.lua");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The library as `SCRIPT LOAD` takes it: without its `#!lua` line, which Lua 5.1
+/// does not skip.
+pub fn library_script() -> String {
+    let source = library_source();
+    match source.split_once('\n') {
+        Some((first, rest)) if first.starts_with("#!") => rest.to_string(),
+        _ => source,
+    }
+}
+
+/// Loads (or replaces) the library on the server behind `con`.
+pub fn load_library(con: &mut Connection) {
+    let name: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(library_source())
+        .query(con)
+        .expect("FUNCTION LOAD");
+    assert_eq!(name, "redislock");
 }
