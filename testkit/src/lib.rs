@@ -381,6 +381,14 @@ fn port_free(port: u16) -> bool {
     std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
+/// True for a Redis 6 server binary (from `--version`).
+fn is_redis_6(binary: &str) -> bool {
+    Command::new(binary)
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains(" v=6."))
+}
+
 fn spawn(dir: &Path, port: u16, tls_port: Option<u16>, config: &Config) -> Result<Child, String> {
     let binary = config.binary.clone().unwrap_or_else(server_binary);
     let mut command = Command::new(&binary);
@@ -391,8 +399,11 @@ fn spawn(dir: &Path, port: u16, tls_port: Option<u16>, config: &Config) -> Resul
         .args(["--dir", &dir.display().to_string()])
         .args(["--logfile", "redis.log"])
         .args(["--save", ""])
-        .args(["--enable-debug-command", "local"])
         .args(["--repl-diskless-sync-delay", "0"]);
+    // Redis 6.2 has DEBUG on by default and refuses the setting that guards it.
+    if !is_redis_6(&binary) {
+        command.args(["--enable-debug-command", "local"]);
+    }
     if !config.without_module {
         command
             .arg("--loadmodule")
