@@ -404,3 +404,23 @@ fn slot(key: &str) -> u16 {
     let crc = crc::Crc::<u16>::new(&crc::CRC_16_XMODEM);
     crc.checksum(tagged.unwrap_or(bytes)) % 16384
 }
+
+#[test]
+fn the_longest_ttl_is_taken_and_ends_where_doubles_stay_exact() {
+    let (_lib, mut con) = library_server(Config::default());
+    let lib = Backend::Functions;
+    let longest = "4611686018427387903"; // 2^62 - 1: the module's largest TTL
+    for (key, mode) in [("long", vec![]), ("long-shared", vec!["SHARED"])] {
+        let mut args = vec!["a", longest];
+        args.extend(&mode);
+        let token = lib.call(&mut con, "lock_acquire", key, &args).unwrap();
+        assert!(matches!(token, Value::Int(t) if t > 0), "{token:?}");
+        let info = lib.info(&mut con, key).unwrap();
+        // Unix ms 2^53 (the year 287,000): far ahead, and exact in Lua's doubles.
+        let at: i64 = query(&mut con, &["PEXPIRETIME", key]).unwrap();
+        assert_eq!(at, 1 << 53);
+        assert!(info.ttl > (1 << 53) - 2_000_000_000_000, "{info:?}");
+        assert_eq!(lib.extend(&mut con, key, "a", 4_611_686_018_427_387_903), 1);
+        assert_eq!(lib.release(&mut con, key, "a"), 1);
+    }
+}
