@@ -295,11 +295,11 @@ local function load_queue(qkey)
 end
 
 -- One call's view of a lock: its keys, its state, and what the call changed.
-local function open(key, lock)
+local function open(key)
     local state = {
         key = key,
         qkey = queue_key(key),
-        lock = lock or load_lock(key),
+        lock = load_lock(key),
         now = now_ms(),
     }
     state.queue = load_queue(state.qkey)
@@ -431,7 +431,7 @@ end
 local function drop_fields(state, fields)
     if #fields > 0 then
         redis.call('HDEL', state.qkey, unpack(fields))
-        end
+    end
 end
 
 -- SPEC "Waiting", "Without the module": the call that frees the lock grants the
@@ -556,8 +556,8 @@ local function check_owner_len(owner)
     end
 end
 
--- Mode conflict before anything else (as the module's plan_acquire): a holding in
--- the other mode, live or not yet settled, is an error.
+-- Mode conflict before anything else (as the module's plan_acquire): a live
+-- holding of the owner in the other mode is an error, and nothing changes.
 local function check_mode(state, request)
     local h = holding_of(state, request.owner)
     if h and live(h.expires, state.now) then
@@ -581,21 +581,21 @@ local function lock_acquire(keys, args)
         arity('lock_acquire')
     end
     local request = parse_request(args, 1, false)
-    local lock = load_lock(keys[1])
-    local mine = false
-    for _, h in ipairs(lock.holders) do
-        mine = mine or h.owner == request.owner
+    -- The fast miss (the common case under contention): an exclusive holding of
+    -- another owner lives while its key does, so one read answers, without the
+    -- clock or the queue (which could not change the answer). A hash that is not a
+    -- lock has no mode and takes the full path to its WRONGTYPE.
+    local quick = redis.pcall('HMGET', keys[1], 'mode', 'h:' .. request.owner)
+    if quick.err then
+        fail(quick.err)
     end
-    if not mine then
+    if not quick[2] then
         check_owner_len(request.owner)
-        -- The fast miss (the common case under contention): an exclusive holding of
-        -- another owner lives while its key does, so nothing else needs reading,
-        -- not even the clock; a queue would not change the answer.
-        if lock.mode == 'exclusive' then
+        if quick[1] == 'exclusive' then
             return nil
         end
     end
-    local state = open(keys[1], lock)
+    local state = open(keys[1])
     check_mode(state, request)
     settle(state)
     local held = refresh(state, request)
