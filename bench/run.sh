@@ -58,6 +58,14 @@ tmp="$(mktemp)"
   echo
   bench/callgrind.sh
   echo
+  echo "## The function library against the module and redis-py's Lock"
+  echo
+  echo "The same instruction counts for lua/redislock.lua (the library for servers"
+  echo "without the module), through FCALL and EVALSHA, beside the module and what"
+  echo "redis-py's Lock runs (SET NX PX, then its own extend and release scripts)."
+  echo
+  bench/callgrind-library.sh
+  echo
   echo "## Exclusive locks against the module before shared holdings"
   echo
   echo "The same instruction counts for the module at a7dec23, before holdings were"

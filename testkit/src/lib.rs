@@ -381,6 +381,14 @@ fn port_free(port: u16) -> bool {
     std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
+/// True for a Redis 6 server binary (from `--version`).
+fn is_redis_6(binary: &str) -> bool {
+    Command::new(binary)
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains(" v=6."))
+}
+
 fn spawn(dir: &Path, port: u16, tls_port: Option<u16>, config: &Config) -> Result<Child, String> {
     let binary = config.binary.clone().unwrap_or_else(server_binary);
     let mut command = Command::new(&binary);
@@ -391,8 +399,11 @@ fn spawn(dir: &Path, port: u16, tls_port: Option<u16>, config: &Config) -> Resul
         .args(["--dir", &dir.display().to_string()])
         .args(["--logfile", "redis.log"])
         .args(["--save", ""])
-        .args(["--enable-debug-command", "local"])
         .args(["--repl-diskless-sync-delay", "0"]);
+    // Redis 6.2 has DEBUG on by default and refuses the setting that guards it.
+    if !is_redis_6(&binary) {
+        command.args(["--enable-debug-command", "local"]);
+    }
     if !config.without_module {
         command
             .arg("--loadmodule")
@@ -658,7 +669,12 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(masters: usize) -> Cluster {
-        let config = Config::default()
+        Cluster::start_with(masters, Config::default())
+    }
+
+    /// A Cluster whose nodes start from `config` (e.g. [`Config::without_module`]).
+    pub fn start_with(masters: usize, config: Config) -> Cluster {
+        let config = config
             .set("cluster-enabled", "yes")
             .set("cluster-config-file", "nodes.conf")
             .set("cluster-node-timeout", "5000");
@@ -876,4 +892,31 @@ mod tls {
     pub fn write_certificates(_: &std::path::Path) -> Result<(), String> {
         Err("redis-lock-testkit was built without its tls feature".into())
     }
+}
+
+/// The `redislock` function library (`lua/redislock.lua`), as `FUNCTION LOAD` takes it.
+pub fn library_source() -> String {
+    let path = workspace_root().join("lua").join("redislock.lua");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The library as `SCRIPT LOAD` takes it: without its `#!lua` line, which Lua 5.1
+/// does not skip.
+pub fn library_script() -> String {
+    let source = library_source();
+    match source.split_once('\n') {
+        Some((first, rest)) if first.starts_with("#!") => rest.to_string(),
+        _ => source,
+    }
+}
+
+/// Loads (or replaces) the library on the server behind `con`.
+pub fn load_library(con: &mut Connection) {
+    let name: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(library_source())
+        .query(con)
+        .expect("FUNCTION LOAD");
+    assert_eq!(name, "redislock");
 }

@@ -1,0 +1,426 @@
+//! The `redislock` function library against the module: the same calls get the same
+//! replies and the same errors, and its tokens only grow.
+
+mod library;
+
+use redis::{Connection, Value};
+use redis_lock_testkit::*;
+
+use library::{library_server, Backend};
+
+/// The error text of a reply (`code detail`), or `None` for a success.
+fn error_text(reply: &redis::RedisResult<Value>) -> Option<String> {
+    reply.as_ref().err().map(|error| {
+        format!(
+            "{} {}",
+            error.code().unwrap_or(""),
+            error.detail().unwrap_or("")
+        )
+    })
+}
+
+fn digest(con: &mut Connection) -> String {
+    query(con, &["DEBUG", "DIGEST"]).unwrap()
+}
+
+/// A module server and a library server, each with "held" held by owner-1 and a
+/// string at "text".
+fn both() -> ((Server, Connection), (Server, Connection)) {
+    let module = Server::start();
+    let mut module_con = module.connection();
+    let (lib, mut lib_con) = library_server(Config::default());
+    for (backend, con) in [
+        (Backend::Module, &mut module_con),
+        (Backend::Functions, &mut lib_con),
+    ] {
+        assert!(backend
+            .acquire(con, "held", "owner-1", 60_000, &[])
+            .unwrap()
+            .is_some());
+        let _: () = query(con, &["SET", "text", "v"]).unwrap();
+    }
+    ((module, module_con), (lib, lib_con))
+}
+
+#[test]
+fn bad_calls_get_the_module_errors_and_change_nothing() {
+    let ((_m, mut module), (_l, mut lib)) = both();
+    let long = "x".repeat(257);
+    let nasty = "\x00\r\n-ERR\u{7f}";
+    let cases: Vec<(&str, &str, Vec<&str>)> = vec![
+        ("lock_acquire", "k", vec!["", "100"]),
+        ("lock_extend", "k", vec!["", "100"]),
+        ("lock_release", "held", vec![""]),
+        ("lock_acquire", "k", vec![&long, "100"]),
+        ("lock_acquire", "held", vec![&long, "100"]),
+        ("lock_acquire", "held", vec![&long, "100", "WAIT", "50"]),
+        ("lock_acquire", "k", vec!["o", "0"]),
+        ("lock_acquire", "k", vec!["o", "-1"]),
+        ("lock_acquire", "k", vec!["o", "abc"]),
+        ("lock_acquire", "k", vec!["o", "1.5"]),
+        ("lock_acquire", "k", vec!["o", ""]),
+        ("lock_acquire", "k", vec!["o", "+5"]),
+        ("lock_acquire", "k", vec!["o", " 5"]),
+        ("lock_acquire", "k", vec!["o", "05"]),
+        ("lock_acquire", "k", vec!["o", "99999999999999999999"]),
+        ("lock_acquire", "k", vec!["o", "9223372036854775807"]),
+        ("lock_acquire", "k", vec!["o", "9223372036854775808"]),
+        ("lock_acquire", "k", vec!["o", "4611686018427387904"]),
+        ("lock_acquire", "k", vec!["o", nasty]),
+        ("lock_extend", "held", vec!["owner-1", "0"]),
+        ("lock_extend", "held", vec!["owner-2", "-5"]),
+        (
+            "lock_extend",
+            "held",
+            vec!["owner-1", "99999999999999999999"],
+        ),
+        ("lock_acquire", "held", vec!["owner-1", "x"]),
+        ("lock_acquire", "k", vec!["o", "100", "WAIT", "-1"]),
+        ("lock_acquire", "k", vec!["o", "100", "WAIT", "x"]),
+        (
+            "lock_acquire",
+            "held",
+            vec!["owner-2", "100", "WAIT", "1.5"],
+        ),
+        (
+            "lock_acquire",
+            "k",
+            vec!["o", "100", "WAIT", "99999999999999999999"],
+        ),
+        (
+            "lock_acquire",
+            "k",
+            vec!["o", "100", "WAIT", "9223372036854775807"],
+        ),
+        ("lock_acquire", "k", vec!["o", "100", "WAIT"]),
+        ("lock_acquire", "k", vec!["o", "100", "NX"]),
+        ("lock_acquire", "k", vec!["o", "100", "FOO", "1"]),
+        ("lock_acquire", "k", vec!["o", "100", nasty, "1"]),
+        (
+            "lock_acquire",
+            "k",
+            vec!["o", "100", "WAIT", "1", "WAIT", "2"],
+        ),
+        (
+            "lock_acquire",
+            "k",
+            vec!["o", "100", "WAIT", "1", "FOO", "2"],
+        ),
+        ("lock_acquire", "k", vec!["o", "100", "SHARED", "shared"]),
+        (
+            "lock_acquire",
+            "k",
+            vec!["o", "100", "LIMIT", "2", "limit", "3"],
+        ),
+        ("lock_acquire", "k", vec!["o", "100", "LIMIT"]),
+        ("lock_acquire", "k", vec!["o", "100", "LIMIT", "0"]),
+        ("lock_acquire", "k", vec!["o", "100", "LIMIT", "2147483649"]),
+        ("lock_acquire", "k", vec!["o", "100", "LIMIT", "-1"]),
+        ("lock_acquire", "k", vec!["o", "100", "LEASE", "100"]),
+        ("lock_acquire", "held", vec!["owner-1", "100", "SHARED"]),
+        ("lock_acquire", "text", vec!["o", "100"]),
+        ("lock_release", "text", vec!["o"]),
+        ("lock_extend", "text", vec!["o", "100"]),
+        ("lock_info", "text", vec![]),
+    ];
+    for (function, key, args) in &cases {
+        let shown = format!("{function} {key} {args:?}");
+        let expected = error_text(&Backend::Module.call(&mut module, function, key, args));
+        let before = digest(&mut lib);
+        let got = error_text(&Backend::Functions.call(&mut lib, function, key, args));
+        assert!(expected.is_some(), "{shown}: the module accepted it");
+        assert_eq!(got, expected, "{shown}");
+        assert_eq!(digest(&mut lib), before, "{shown} changed the dataset");
+    }
+    // Wrong arity: the same words, the function's name.
+    for (function, keys, args) in [
+        ("lock_acquire", 0, vec![]),
+        ("lock_acquire", 1, vec!["k"]),
+        ("lock_acquire", 1, vec!["k", "o"]),
+        ("lock_acquire", 2, vec!["k", "k2", "o", "100"]),
+        ("lock_release", 1, vec!["held"]),
+        ("lock_release", 1, vec!["held", "owner-1", "extra"]),
+        ("lock_extend", 1, vec!["held", "owner-1"]),
+        ("lock_extend", 1, vec!["held", "owner-1", "100", "extra"]),
+        ("lock_info", 0, vec![]),
+        ("lock_info", 1, vec!["held", "extra"]),
+        ("lock_version", 1, vec!["held"]),
+        ("lock_wait", 1, vec!["k", "o"]),
+        ("lock_cancel", 1, vec!["k"]),
+    ] {
+        let before = digest(&mut lib);
+        let reply: redis::RedisResult<Value> = redis::cmd("FCALL")
+            .arg(function)
+            .arg(keys)
+            .arg(&args)
+            .query(&mut lib);
+        let text = error_text(&reply).unwrap_or_default();
+        assert!(
+            text.starts_with("ERR wrong number of arguments")
+                && text.contains(&format!("'{function}'")),
+            "{function} {args:?}: {text:?}"
+        );
+        assert_eq!(digest(&mut lib), before);
+    }
+    let bad_lease: Vec<(&str, Vec<&str>)> = vec![
+        ("0", vec![]),
+        ("60001", vec![]),
+        ("x", vec![]),
+        ("1", vec!["LEASE", "2"]),
+    ];
+    for (lease, extra) in bad_lease {
+        let mut args = vec!["o", "100", "LEASE", lease];
+        args.extend(extra);
+        let text = error_text(&Backend::Functions.call(&mut lib, "lock_wait", "held", &args));
+        let text = text.unwrap_or_default();
+        assert!(
+            text.contains("lease") || text.contains("LEASE"),
+            "{args:?}: {text}"
+        );
+    }
+    let text: String = query(&mut lib, &["GET", "text"]).unwrap();
+    assert_eq!(text, "v");
+}
+
+/// Tokens of two servers compared by order: a token maps to one token of the other
+/// side, and the mapping keeps their order.
+#[derive(Default)]
+struct TokenOrder(Vec<(i64, i64)>);
+
+impl TokenOrder {
+    fn check(&mut self, module: i64, library: i64) {
+        for &(m, l) in &self.0 {
+            assert_eq!(m == module, l == library, "token {module}/{library}");
+            assert_eq!(m < module, l < library, "token order {module}/{library}");
+        }
+        self.0.push((module, library));
+    }
+}
+
+fn same_info(
+    order: &mut TokenOrder,
+    module: Option<LockInfo>,
+    library: Option<LockInfo>,
+    what: &str,
+) {
+    let (Some(m), Some(l)) = (&module, &library) else {
+        assert_eq!(
+            module.is_none(),
+            library.is_none(),
+            "{what}: {module:?} / {library:?}"
+        );
+        return;
+    };
+    assert_eq!(m.mode, l.mode, "{what}");
+    assert_eq!(m.waiters, l.waiters, "{what}");
+    assert_eq!(m.holders.len(), l.holders.len(), "{what}: {m:?} / {l:?}");
+    for (hm, hl) in m.holders.iter().zip(&l.holders) {
+        assert_eq!(hm.owner, hl.owner, "{what}");
+        assert!(
+            (hm.ttl - hl.ttl).abs() <= 1000,
+            "{what}: ttl {hm:?} / {hl:?}"
+        );
+        order.check(hm.token, hl.token);
+    }
+}
+
+#[test]
+fn every_command_replies_as_the_module_does() {
+    let module = Server::start();
+    let (_lib, mut lib) = library_server(Config::default());
+    let mut m = module.connection();
+    let mut order = TokenOrder::default();
+    let mut step = |m: &mut Connection, l: &mut Connection, f: &str, key: &str, args: &[&str]| {
+        let a = Backend::Module.call(m, f, key, args);
+        let b = Backend::Functions.call(l, f, key, args);
+        let what = format!("{f} {key} {args:?}");
+        match (a, b) {
+            (Ok(Value::Int(x)), Ok(Value::Int(y))) if f == "lock_acquire" => order.check(x, y),
+            (Ok(a), Ok(b)) if f == "lock_info" => same_info(
+                &mut order,
+                LockInfo::from_value(a),
+                LockInfo::from_value(b),
+                &what,
+            ),
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "{what}"),
+            (a, b) => assert_eq!(error_text(&a), error_text(&b), "{what}"),
+        }
+    };
+    let s = &mut step;
+    let (m, l) = (&mut m, &mut lib);
+    s(m, l, "lock_info", "k", &[]);
+    s(m, l, "lock_acquire", "k", &["a", "60000"]);
+    s(m, l, "lock_acquire", "k", &["a", "30000"]); // refresh: same token
+    s(m, l, "lock_acquire", "k", &["b", "60000"]); // busy: null
+    s(m, l, "lock_acquire", "k", &["b", "60000", "WAIT", "100"]); // no blocking in a script
+    s(m, l, "lock_acquire", "k", &["a", "60000", "SHARED"]); // mode conflict
+    s(m, l, "lock_info", "k", &[]);
+    s(m, l, "lock_extend", "k", &["b", "1000"]);
+    s(m, l, "lock_extend", "k", &["a", "45000"]);
+    s(m, l, "lock_release", "k", &["b"]);
+    s(m, l, "lock_release", "k", &["a"]);
+    s(m, l, "lock_release", "k", &["a"]);
+    s(m, l, "lock_info", "k", &[]);
+    // Readers share, a semaphore counts, a writer waits for all.
+    s(m, l, "lock_acquire", "r", &["r1", "60000", "SHARED"]);
+    s(m, l, "lock_acquire", "r", &["r2", "60000", "limit", "2"]);
+    s(m, l, "lock_acquire", "r", &["r3", "60000", "LIMIT", "2"]);
+    s(
+        m,
+        l,
+        "lock_acquire",
+        "r",
+        &["r3", "60000", "SHARED", "LIMIT", "3"],
+    );
+    s(m, l, "lock_acquire", "r", &["r2", "50000", "SHARED"]); // refresh
+    s(m, l, "lock_acquire", "r", &["w", "60000"]);
+    s(m, l, "lock_acquire", "r", &["r1", "60000"]); // mode conflict
+    s(m, l, "lock_info", "r", &[]);
+    s(m, l, "lock_extend", "r", &["r3", "200"]);
+    s(m, l, "lock_release", "r", &["r1"]);
+    s(m, l, "lock_info", "r", &[]);
+    // A lapsed holding is gone, and EXTEND never re-creates it.
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    s(m, l, "lock_info", "r", &[]);
+    s(m, l, "lock_extend", "r", &["r3", "60000"]);
+    s(m, l, "lock_acquire", "r", &["r3", "60000", "SHARED"]);
+    s(m, l, "lock_release", "r", &["r2"]);
+    s(m, l, "lock_release", "r", &["r3"]);
+    s(m, l, "lock_info", "r", &[]);
+    s(m, l, "lock_acquire", "e", &["a", "150"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    s(m, l, "lock_extend", "e", &["a", "60000"]);
+    s(m, l, "lock_acquire", "e", &["b", "60000"]);
+    s(m, l, "lock_info", "e", &[]);
+    // RESP3: a map, with the same fields.
+    let mut m3 = module.resp3_connection();
+    let mut l3 = redis::Client::open(format!("{}?protocol=resp3", _lib.url()))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    for key in ["e", "k"] {
+        let a: Value = Backend::Module
+            .cmd("lock_info", Some(key), &[])
+            .query(&mut m3)
+            .unwrap();
+        let b: Value = Backend::Functions
+            .cmd("lock_info", Some(key), &[])
+            .query(&mut l3)
+            .unwrap();
+        assert_eq!(
+            matches!(a, Value::Map(_)),
+            matches!(b, Value::Map(_)),
+            "{a:?} / {b:?}"
+        );
+        same_info(
+            &mut order,
+            LockInfo::from_value(a),
+            LockInfo::from_value(b),
+            key,
+        );
+    }
+    let version: i64 = query(&mut lib, &["FCALL", "lock_version", "0"]).unwrap();
+    assert_eq!(version, 1);
+}
+
+#[test]
+fn tokens_grow_across_release_expiry_del_and_a_lost_queue_key() {
+    let (_lib, mut con) = library_server(Config::default());
+    let lib = Backend::Functions;
+    let last = std::cell::Cell::new(0);
+    let next = |con: &mut Connection, owner: &str, ttl: i64| {
+        let token = lib
+            .acquire(con, "jobs:1", owner, ttl, &[])
+            .unwrap()
+            .unwrap();
+        assert!(token > last.get(), "{token} after {}", last.get());
+        last.set(token);
+    };
+    next(&mut con, "a", 60_000);
+    assert_eq!(lib.release(&mut con, "jobs:1", "a"), 1);
+    next(&mut con, "b", 100);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    next(&mut con, "c", 60_000);
+    let _: i64 = query(&mut con, &["DEL", "jobs:1"]).unwrap(); // force-release
+    next(&mut con, "d", 60_000);
+    // The mark in the queue key wins over the clock: raise it far ahead.
+    let queue = "jobs:1{jobs:1}:lockq";
+    let ahead = last.get() + 1_000_000_000;
+    let _: i64 = query(&mut con, &["HSET", queue, "mark", &ahead.to_string()]).unwrap();
+    assert_eq!(lib.release(&mut con, "jobs:1", "d"), 1);
+    next(&mut con, "e", 60_000);
+    assert!(last.get() > ahead);
+    // Both keys gone (the mark expired, an hour after the lock's last use, or an
+    // administrator deleted it): the clock floor still puts the next token above
+    // every token handed out before the mark ran ahead of the clock, once the
+    // clock has moved on by a millisecond (a grant in the same millisecond as the
+    // last one, with the mark gone in between, would repeat its token).
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let _: i64 = query(&mut con, &["DEL", "jobs:1", queue]).unwrap();
+    let token = lib
+        .acquire(&mut con, "jobs:1", "f", 1000, &[])
+        .unwrap()
+        .unwrap();
+    assert!(token > ahead - 1_000_000_000, "{token} {ahead}");
+}
+
+#[test]
+fn side_keys_carry_the_lock_keys_slot_and_prefix_and_expire() {
+    let (_lib, mut con) = library_server(Config::default());
+    let lib = Backend::Functions;
+    for (key, queue) in [
+        ("jobs:1", "jobs:1{jobs:1}:lockq"),
+        ("{jobs}:2", "{jobs}:2:lockq"),
+        ("a{b}c", "a{b}c:lockq"),
+    ] {
+        assert!(lib
+            .acquire(&mut con, key, "a", 60_000, &[])
+            .unwrap()
+            .is_some());
+        let keys: Vec<String> = query(&mut con, &["KEYS", &format!("{key}*")]).unwrap();
+        let mut keys = keys;
+        keys.sort();
+        let mut expected = vec![key.to_string(), queue.to_string()];
+        expected.sort();
+        assert_eq!(keys, expected);
+        assert_eq!(slot(key), slot(queue), "{key}");
+        // The queue key keeps the token mark an hour past the lock's end.
+        let left = pttl(&mut con, queue);
+        assert!(left > 60_000 && left <= 3_660_000, "{key}: {left}");
+        assert_eq!(lib.release(&mut con, key, "a"), 1);
+        assert_eq!(query::<i64>(&mut con, &["EXISTS", key]).unwrap(), 0);
+    }
+    let type_: String = query(&mut con, &["TYPE", "{jobs}:2:lockq"]).unwrap();
+    assert_eq!(type_, "hash");
+}
+
+/// The Cluster hash slot of a key (CRC16/XMODEM of its hash tag, or of all of it).
+fn slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
+        let close = bytes[open + 1..].iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &bytes[open + 1..open + 1 + close])
+    });
+    let crc = crc::Crc::<u16>::new(&crc::CRC_16_XMODEM);
+    crc.checksum(tagged.unwrap_or(bytes)) % 16384
+}
+
+#[test]
+fn the_longest_ttl_is_taken_and_ends_where_doubles_stay_exact() {
+    let (_lib, mut con) = library_server(Config::default());
+    let lib = Backend::Functions;
+    let longest = "4611686018427387903"; // 2^62 - 1: the module's largest TTL
+    for (key, mode) in [("long", vec![]), ("long-shared", vec!["SHARED"])] {
+        let mut args = vec!["a", longest];
+        args.extend(&mode);
+        let token = lib.call(&mut con, "lock_acquire", key, &args).unwrap();
+        assert!(matches!(token, Value::Int(t) if t > 0), "{token:?}");
+        let info = lib.info(&mut con, key).unwrap();
+        // Unix ms 2^53 (the year 287,000): far ahead, and exact in Lua's doubles.
+        let at: i64 = query(&mut con, &["PEXPIRETIME", key]).unwrap();
+        assert_eq!(at, 1 << 53);
+        assert!(info.ttl > (1 << 53) - 2_000_000_000_000, "{info:?}");
+        assert_eq!(lib.extend(&mut con, key, "a", 4_611_686_018_427_387_903), 1);
+        assert_eq!(lib.release(&mut con, key, "a"), 1);
+    }
+}

@@ -1,0 +1,431 @@
+//! The differential test: seeded random sequences of acquires (each mode, with and
+//! without waiting), releases, extends, infos, DELs and expiries, run against the
+//! module and against the library on two servers at once. Both must give the same
+//! replies (tokens compared by their order per key), hold the same holders, and
+//! grant their waiters in the same order.
+//!
+//! `DIFF_SEED=n` runs one sequence; `DIFF_STEPS=n` sets its length.
+
+mod library;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redis::{Connection, Value};
+use redis_lock_testkit::*;
+
+use library::{library_server, wait_acquire, waiter_connection, Backend, WaitRequest};
+
+const KEYS: [&str; 2] = ["d:1", "{d}:2"];
+const OWNERS: [&str; 6] = ["o0", "o1", "o2", "o3", "o4", "o5"];
+const TTL: i64 = 60_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Side {
+    Module,
+    Library,
+}
+
+/// A waiter's outcome: its token, or the error text.
+type Outcome = Result<Option<i64>, String>;
+
+/// Tokens of the two sides, per key: each module token maps to one library token,
+/// in the same order.
+#[derive(Default)]
+struct TokenOrder(BTreeMap<String, Vec<(i64, i64)>>);
+
+impl TokenOrder {
+    fn consistent(&self, key: &str, module: i64, library: i64) -> bool {
+        self.0.get(key).is_none_or(|pairs| {
+            pairs
+                .iter()
+                .all(|&(m, l)| (m == module) == (l == library) && (m < module) == (l < library))
+        })
+    }
+
+    fn check(&mut self, key: &str, module: i64, library: i64, what: &str) {
+        assert!(
+            self.consistent(key, module, library),
+            "{what}: token {module} (module) / {library} (library) out of order with {:?}",
+            self.0.get(key)
+        );
+        self.0
+            .entry(key.to_string())
+            .or_default()
+            .push((module, library));
+    }
+}
+
+struct Diff {
+    module: Server,
+    library: Server,
+    m: Connection,
+    l: Connection,
+    order: TokenOrder,
+    /// Waiters not yet answered on both sides: (key, owner).
+    pending: BTreeSet<(String, String)>,
+    answers: BTreeMap<(String, String), BTreeMap<Side, Outcome>>,
+    done_tx: mpsc::Sender<(Side, String, String, Outcome)>,
+    done_rx: mpsc::Receiver<(Side, String, String, Outcome)>,
+    /// Per key and side: the waiters' owners and tokens, as granted.
+    grants: BTreeMap<(String, Side), Vec<(i64, String)>>,
+    threads: Vec<thread::JoinHandle<()>>,
+    log: Vec<String>,
+}
+
+fn error_text(error: &redis::RedisError) -> String {
+    format!(
+        "{} {}",
+        error.code().unwrap_or(""),
+        error.detail().unwrap_or("")
+    )
+}
+
+/// An INFO as compared: mode, holders oldest first (owner, ttl, token), waiters.
+type View = (String, Vec<(Vec<u8>, i64, i64)>, i64);
+
+fn view(info: Option<LockInfo>) -> Option<View> {
+    info.map(|i| {
+        let holders = i
+            .holders
+            .into_iter()
+            .map(|h| (h.owner, h.ttl, h.token))
+            .collect();
+        (i.mode, holders, i.waiters)
+    })
+}
+
+impl Diff {
+    fn new() -> Diff {
+        let module = Server::start();
+        let (library, l) = library_server(Config::default());
+        let m = module.connection();
+        let (done_tx, done_rx) = mpsc::channel();
+        Diff {
+            module,
+            library,
+            m,
+            l,
+            order: TokenOrder::default(),
+            pending: BTreeSet::new(),
+            answers: BTreeMap::new(),
+            done_tx,
+            done_rx,
+            grants: BTreeMap::new(),
+            threads: Vec::new(),
+            log: Vec::new(),
+        }
+    }
+
+    fn busy(&self, owner: &str) -> bool {
+        self.pending.iter().any(|(_, o)| o == owner)
+    }
+
+    /// The same call on both sides, replies compared.
+    fn call(&mut self, function: &str, key: &str, args: &[&str]) {
+        let what = format!("{function} {key} {args:?}");
+        self.log.push(what.clone());
+        let a = Backend::Module.call(&mut self.m, function, key, args);
+        let b = Backend::Functions.call(&mut self.l, function, key, args);
+        match (a, b) {
+            (Ok(Value::Int(x)), Ok(Value::Int(y))) if function == "lock_acquire" => {
+                self.order.check(key, x, y, &what)
+            }
+            // Compared by `converge`, field by field (a RESP2 reply of the library
+            // lists the same fields in another order).
+            (Ok(_), Ok(_)) if function == "lock_info" => {}
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "{what}"),
+            (Err(a), Err(b)) => assert_eq!(error_text(&a), error_text(&b), "{what}"),
+            (a, b) => panic!("{what}: module {a:?}, library {b:?}\n{:#?}", self.log),
+        }
+    }
+
+    /// Collects the waiters' answers that came in.
+    fn collect(&mut self) {
+        while let Ok((side, key, owner, outcome)) = self.done_rx.try_recv() {
+            if let Ok(Some(token)) = outcome {
+                self.grants
+                    .entry((key.clone(), side))
+                    .or_default()
+                    .push((token, owner.clone()));
+            }
+            let id = (key, owner);
+            let answers = self.answers.entry(id.clone()).or_default();
+            answers.insert(side, outcome);
+            if answers.len() == 2 {
+                let m = answers[&Side::Module].clone();
+                let l = answers[&Side::Library].clone();
+                let what = format!("waiter {id:?}");
+                match (m, l) {
+                    (Ok(Some(x)), Ok(Some(y))) => self.order.check(&id.0, x, y, &what),
+                    (m, l) => assert_eq!(m, l, "{what}"),
+                }
+                self.answers.remove(&id);
+                self.pending.remove(&id);
+            }
+        }
+    }
+
+    fn waiters(&mut self, side: Side, key: &str) -> i64 {
+        let (backend, con) = match side {
+            Side::Module => (Backend::Module, &mut self.m),
+            Side::Library => (Backend::Functions, &mut self.l),
+        };
+        backend.info(con, key).map_or(0, |i| i.waiters)
+    }
+
+    /// A waiter without a time limit on each side, each in a thread of its own;
+    /// returns once each is queued or answered.
+    fn wait(&mut self, key: &str, owner: &str, mode: &[&str]) {
+        self.log.push(format!("wait {key} {owner} {mode:?}"));
+        let before = [
+            self.waiters(Side::Module, key),
+            self.waiters(Side::Library, key),
+        ];
+        self.pending.insert((key.into(), owner.into()));
+        let mut handles = Vec::new();
+        for side in [Side::Module, Side::Library] {
+            let url = match side {
+                Side::Module => self.module.url(),
+                Side::Library => self.library.url(),
+            };
+            let done = self.done_tx.clone();
+            let (key, owner) = (key.to_string(), owner.to_string());
+            let mode: Vec<String> = mode.iter().map(|m| m.to_string()).collect();
+            handles.push(thread::spawn(move || {
+                let mut con = waiter_connection(&url);
+                let outcome = match side {
+                    Side::Module => {
+                        let mut cmd = redis::cmd("LOCK.ACQUIRE");
+                        cmd.arg(&key)
+                            .arg(&owner)
+                            .arg(TTL)
+                            .arg(&mode)
+                            .arg("WAIT")
+                            .arg(0);
+                        cmd.query::<Option<i64>>(&mut con)
+                    }
+                    Side::Library => {
+                        let mut request = WaitRequest::new(&key, &owner, TTL);
+                        request.mode = mode;
+                        wait_acquire(&mut con, &Backend::Functions, &request)
+                    }
+                };
+                let outcome = outcome.map_err(|e| error_text(&e));
+                let _ = done.send((side, key, owner, outcome));
+            }));
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for (i, side) in [Side::Module, Side::Library].into_iter().enumerate() {
+            while self.waiters(side, key) <= before[i] && !handles[i].is_finished() {
+                assert!(Instant::now() < deadline, "waiter {owner} never queued");
+                thread::sleep(Duration::from_millis(5));
+            }
+        }
+        self.threads.extend(handles);
+    }
+
+    /// A waiter with a short limit, on one side then the other (it changes
+    /// nothing if it times out, so the order does not matter).
+    fn wait_briefly(&mut self, key: &str, owner: &str, mode: &[&str]) {
+        self.log.push(format!("wait 200 ms {key} {owner} {mode:?}"));
+        let mut cmd = redis::cmd("LOCK.ACQUIRE");
+        cmd.arg(key)
+            .arg(owner)
+            .arg(TTL)
+            .arg(mode)
+            .arg("WAIT")
+            .arg(200);
+        let a = cmd
+            .query::<Option<i64>>(&mut self.m)
+            .map_err(|e| error_text(&e));
+        let mut request = WaitRequest::new(key, owner, TTL);
+        request.mode = mode.iter().map(|m| m.to_string()).collect();
+        request.timeout = Some(Duration::from_millis(200));
+        let mut con = waiter_connection(&self.library.url());
+        let b = wait_acquire(&mut con, &Backend::Functions, &request).map_err(|e| error_text(&e));
+        match (a, b) {
+            (Ok(Some(x)), Ok(Some(y))) => self.order.check(key, x, y, "brief wait"),
+            (a, b) => assert_eq!(a, b, "brief wait {key} {owner}\n{:#?}", self.log),
+        }
+    }
+
+    /// Waits until both sides hold the same for every key (the library acts on a
+    /// lapse or a DEL at its waiters' next call, the module at once), then checks.
+    fn converge(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            self.collect();
+            let views: Vec<_> = KEYS
+                .iter()
+                .map(|key| {
+                    (
+                        *key,
+                        view(Backend::Module.info(&mut self.m, key)),
+                        view(Backend::Functions.info(&mut self.l, key)),
+                    )
+                })
+                .collect();
+            let same = views.iter().all(|(key, m, l)| match (m, l) {
+                (None, None) => true,
+                (Some((mm, mh, mw)), Some((lm, lh, lw))) => {
+                    mm == lm
+                        && mw == lw
+                        && mh.len() == lh.len()
+                        && mh.iter().zip(lh).all(|(a, b)| {
+                            a.0 == b.0
+                                && (a.1 - b.1).abs() <= 1500
+                                && self.order.consistent(key, a.2, b.2)
+                        })
+                }
+                _ => false,
+            });
+            if same {
+                for (key, m, l) in views {
+                    if let (Some(m), Some(l)) = (m, l) {
+                        for (a, b) in m.1.iter().zip(&l.1) {
+                            self.order.check(key, a.2, b.2, "holders");
+                        }
+                    }
+                }
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the sides differ: {views:#?}\nafter {:#?}",
+                self.log
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn holders(&mut self, key: &str) -> Vec<String> {
+        Backend::Module
+            .info(&mut self.m, key)
+            .map(|i| {
+                i.holders
+                    .into_iter()
+                    .map(|h| String::from_utf8(h.owner).unwrap())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn step(&mut self, rng: &mut StdRng) {
+        let key = KEYS[rng.gen_range(0..KEYS.len())];
+        let owner = OWNERS[rng.gen_range(0..OWNERS.len())];
+        let limit = rng.gen_range(1..4).to_string();
+        let mode: Vec<&str> = match rng.gen_range(0..3) {
+            0 => vec![],
+            1 => vec!["SHARED"],
+            _ => vec!["LIMIT", &limit],
+        };
+        let free = !self.busy(owner);
+        match rng.gen_range(0..100) {
+            0..=24 if free => {
+                let mut args = vec![owner, "60000"];
+                args.extend(&mode);
+                self.call("lock_acquire", key, &args);
+            }
+            25..=39 if free => self.wait(key, owner, &mode),
+            40..=44 if free => self.wait_briefly(key, owner, &mode),
+            45..=64 => {
+                // Mostly a holder, sometimes anyone.
+                let holders = self.holders(key);
+                let owner = if !holders.is_empty() && rng.gen_bool(0.8) {
+                    holders[rng.gen_range(0..holders.len())].clone()
+                } else {
+                    owner.to_string()
+                };
+                self.call("lock_release", key, &[&owner]);
+            }
+            65..=74 if free => self.call("lock_extend", key, &[owner, "60000"]),
+            75..=79 => {
+                self.log.push(format!("DEL {key}"));
+                let _: i64 = query(&mut self.m, &["DEL", key]).unwrap();
+                let _: i64 = query(&mut self.l, &["DEL", key]).unwrap();
+            }
+            80..=89 => {
+                // A holding lapses: shortened on both sides, then left to expire.
+                let holders = self.holders(key);
+                if let Some(holder) = holders.first() {
+                    let holder = holder.clone();
+                    self.call("lock_extend", key, &[&holder, "50"]);
+                    thread::sleep(Duration::from_millis(150));
+                }
+            }
+            _ => self.call("lock_info", key, &[]),
+        }
+        self.converge();
+    }
+
+    /// Releases everything until every waiter was answered and nothing is held.
+    fn drain(&mut self) {
+        for _ in 0..200 {
+            self.converge();
+            let mut released = false;
+            for key in KEYS {
+                for holder in self.holders(key) {
+                    self.call("lock_release", key, &[&holder]);
+                    released = true;
+                }
+            }
+            if !released && self.pending.is_empty() {
+                break;
+            }
+            if !released {
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+        assert!(self.pending.is_empty(), "unanswered: {:?}", self.pending);
+        for handle in self.threads.drain(..) {
+            handle.join().unwrap();
+        }
+        // The same waiters, granted in the same order, on every key.
+        for key in KEYS {
+            let order = |side| {
+                let mut grants = self
+                    .grants
+                    .get(&(key.to_string(), side))
+                    .cloned()
+                    .unwrap_or_default();
+                grants.sort();
+                grants
+                    .into_iter()
+                    .map(|(_, owner)| owner)
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(order(Side::Module), order(Side::Library), "{key}");
+        }
+    }
+}
+
+fn run(seed: u64, steps: usize) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut diff = Diff::new();
+    for _ in 0..steps {
+        diff.step(&mut rng);
+    }
+    diff.drain();
+    let granted: usize = diff.grants.values().map(Vec::len).sum();
+    eprintln!("seed {seed}: {steps} steps, {granted} waiter grants");
+}
+
+#[test]
+fn the_library_and_the_module_agree_on_random_sequences() {
+    let steps = std::env::var("DIFF_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(80);
+    let seeds: Vec<u64> = match std::env::var("DIFF_SEED") {
+        Ok(seed) => vec![seed.parse().expect("DIFF_SEED is a number")],
+        Err(_) => vec![1, 2, 3],
+    };
+    for seed in seeds {
+        run(seed, steps);
+    }
+}

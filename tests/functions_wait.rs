@@ -1,0 +1,294 @@
+//! The library's waiting protocol (docs/PROTOCOL.md) against a real server: FIFO
+//! grants across modes, a waiter that wakes itself for a lapse, a vanished waiter
+//! or an uncollected grant holding the queue up for at most the place's lease, and
+//! a timed-out waiter that never holds the lock.
+
+mod library;
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::Connection;
+use redis_lock_testkit::*;
+
+use library::{library_server, wait_acquire, waiter_connection, Backend, WaitRequest};
+
+const LIB: Backend = Backend::Functions;
+
+fn waiters(con: &mut Connection, key: &str) -> i64 {
+    LIB.info(con, key).map_or(0, |info| info.waiters)
+}
+
+/// Starts a waiter thread; returns once the server counts it in the queue (or it
+/// was granted at once). The thread sends (owner, token, when granted).
+fn spawn_waiter(
+    server: &Server,
+    con: &mut Connection,
+    request: WaitRequest,
+    done: &mpsc::Sender<(String, Option<i64>, Instant)>,
+) -> thread::JoinHandle<()> {
+    let before = waiters(con, &request.key);
+    let url = server.url();
+    let done = done.clone();
+    let key = request.key.clone();
+    let handle = thread::spawn(move || {
+        let mut con = waiter_connection(&url);
+        let token = wait_acquire(&mut con, &Backend::Functions, &request).expect("wait");
+        let _ = done.send((request.owner.clone(), token, Instant::now()));
+    });
+    wait_until(Duration::from_secs(10), || {
+        waiters(con, &key) > before || handle.is_finished()
+    });
+    handle
+}
+
+#[test]
+fn twenty_waiters_are_granted_in_arrival_order() {
+    let (server, mut con) = library_server(Config::default());
+    assert!(LIB
+        .acquire(&mut con, "q", "first", 60_000, &[])
+        .unwrap()
+        .is_some());
+    let (done, granted) = mpsc::channel();
+    let owners: Vec<String> = (0..20).map(|i| format!("waiter-{i:02}")).collect();
+    let handles: Vec<_> = owners
+        .iter()
+        .map(|owner| {
+            spawn_waiter(
+                &server,
+                &mut con,
+                WaitRequest::new("q", owner, 60_000),
+                &done,
+            )
+        })
+        .collect();
+    assert_eq!(waiters(&mut con, "q"), 20);
+    // Each holder releases as soon as it holds; the release grants the next.
+    let mut order = Vec::new();
+    let mut holder = "first".to_string();
+    let mut last_token = 0;
+    for _ in 0..20 {
+        assert_eq!(LIB.release(&mut con, "q", &holder), 1, "{holder}");
+        let (owner, token, _) = granted
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a grant");
+        let token = token.expect("granted");
+        assert!(token > last_token);
+        last_token = token;
+        let info = LIB.info(&mut con, "q").expect("held");
+        assert_eq!(info.holders.len(), 1);
+        assert_eq!(String::from_utf8(info.owner).unwrap(), owner);
+        order.push(owner.clone());
+        holder = owner;
+    }
+    assert_eq!(order, owners);
+    for handle in handles {
+        handle.join().unwrap();
+    }
+    assert_eq!(waiters(&mut con, "q"), 0);
+}
+
+#[test]
+fn a_release_grants_as_many_as_fit_in_order_across_modes() {
+    let (server, mut con) = library_server(Config::default());
+    assert!(LIB
+        .acquire(&mut con, "rw", "writer-0", 60_000, &[])
+        .unwrap()
+        .is_some());
+    let (done, granted) = mpsc::channel();
+    let mut handles = Vec::new();
+    for (owner, mode) in [
+        ("reader-1", vec!["SHARED"]),
+        ("reader-2", vec!["LIMIT", "5"]),
+        ("writer-1", vec![]),
+        ("reader-3", vec!["SHARED"]),
+    ] {
+        let mut request = WaitRequest::new("rw", owner, 60_000);
+        request.mode = mode.into_iter().map(String::from).collect();
+        handles.push(spawn_waiter(&server, &mut con, request, &done));
+    }
+    assert_eq!(LIB.release(&mut con, "rw", "writer-0"), 1);
+    let mut readers: Vec<String> = (0..2)
+        .map(|_| granted.recv_timeout(Duration::from_secs(10)).unwrap().0)
+        .collect();
+    readers.sort();
+    assert_eq!(readers, ["reader-1", "reader-2"]);
+    let info = LIB.info(&mut con, "rw").unwrap();
+    assert_eq!(
+        (info.mode.as_str(), info.holders.len(), info.waiters),
+        ("shared", 2, 2)
+    );
+    // The writer stops reader-3 from joining the readers, and a newcomer that
+    // would fit does not go ahead of the queue either.
+    assert!(granted.recv_timeout(Duration::from_millis(300)).is_err());
+    let late = LIB.acquire(&mut con, "rw", "late", 60_000, &["SHARED"]);
+    assert_eq!(late.unwrap(), None);
+    assert_eq!(LIB.release(&mut con, "rw", "reader-1"), 1);
+    assert_eq!(LIB.release(&mut con, "rw", "reader-2"), 1);
+    assert_eq!(
+        granted.recv_timeout(Duration::from_secs(10)).unwrap().0,
+        "writer-1"
+    );
+    assert_eq!(LIB.release(&mut con, "rw", "writer-1"), 1);
+    assert_eq!(
+        granted.recv_timeout(Duration::from_secs(10)).unwrap().0,
+        "reader-3"
+    );
+    for handle in handles {
+        handle.join().unwrap();
+    }
+}
+
+#[test]
+fn a_waiter_wakes_itself_to_claim_a_lapsed_lock() {
+    let (server, mut con) = library_server(Config::default());
+    assert!(LIB
+        .acquire(&mut con, "lapse", "gone", 300, &[])
+        .unwrap()
+        .is_some());
+    let (done, granted) = mpsc::channel();
+    // A place lease of a minute: its renewals (every 30 s) cannot be what wakes it.
+    let mut request = WaitRequest::new("lapse", "next", 60_000);
+    request.lease_ms = Some(60_000);
+    let handle = spawn_waiter(&server, &mut con, request, &done);
+    let (owner, token, _) = granted
+        .recv_timeout(Duration::from_secs(10))
+        .expect("woke itself");
+    assert_eq!((owner.as_str(), token.is_some()), ("next", true));
+    handle.join().unwrap();
+}
+
+#[test]
+fn a_holding_shortened_by_extend_wakes_the_head_of_the_queue() {
+    let (server, mut con) = library_server(Config::default());
+    assert!(LIB
+        .acquire(&mut con, "short", "holder", 60_000, &[])
+        .unwrap()
+        .is_some());
+    let (done, granted) = mpsc::channel();
+    let mut request = WaitRequest::new("short", "next", 60_000);
+    request.lease_ms = Some(60_000);
+    let handle = spawn_waiter(&server, &mut con, request, &done);
+    assert_eq!(LIB.extend(&mut con, "short", "holder", 200), 1);
+    let (owner, _, _) = granted
+        .recv_timeout(Duration::from_secs(10))
+        .expect("woken");
+    assert_eq!(owner, "next");
+    handle.join().unwrap();
+}
+
+/// Joins the queue as `owner` with a place lease of `lease_ms`, once, and never
+/// calls again: a waiter killed or cut off.
+fn vanish(con: &mut Connection, key: &str, owner: &str, lease_ms: i64) {
+    let lease = lease_ms.to_string();
+    let (token, _, _): (i64, i64, String) = LIB
+        .cmd(
+            "lock_wait",
+            Some(key),
+            &[owner.as_bytes(), b"60000", b"LEASE", lease.as_bytes()],
+        )
+        .query(con)
+        .unwrap();
+    assert_eq!(token, 0);
+}
+
+#[test]
+fn a_vanished_waiter_delays_the_next_by_at_most_its_lease() {
+    let (server, mut con) = library_server(Config::default());
+    const LEASE: i64 = 1000;
+    // Released while the vanished waiter's place still runs: the grant is pushed to
+    // it, nobody collects it, and it frees within the lease.
+    assert!(LIB
+        .acquire(&mut con, "k", "holder", 60_000, &[])
+        .unwrap()
+        .is_some());
+    vanish(&mut con, "k", "killed", LEASE);
+    let (done, granted) = mpsc::channel();
+    let handle = spawn_waiter(
+        &server,
+        &mut con,
+        WaitRequest::new("k", "next", 60_000),
+        &done,
+    );
+    let released = Instant::now();
+    assert_eq!(LIB.release(&mut con, "k", "holder"), 1);
+    let info = LIB.info(&mut con, "k").unwrap();
+    assert_eq!(info.owner, b"killed", "granted to the head, which is gone");
+    assert!(
+        info.ttl <= LEASE,
+        "an uncollected grant lasts the lease: {info:?}"
+    );
+    let (owner, token, at) = granted
+        .recv_timeout(Duration::from_secs(10))
+        .expect("granted");
+    assert_eq!((owner.as_str(), token.is_some()), ("next", true));
+    let delay = at.duration_since(released);
+    eprintln!("a vanished waiter with a {LEASE} ms lease delayed the next by {delay:?}");
+    // The bound is the lease; the margin is for the server's timing out of the
+    // BLPOP (up to 1000/hz ms late) and a loaded machine's scheduling.
+    assert!(
+        delay <= Duration::from_millis(LEASE as u64 + 700),
+        "{delay:?}"
+    );
+    handle.join().unwrap();
+
+    // Vanished while the lock stays held: the place lapses, and the release
+    // grants the next waiter at once.
+    assert!(LIB
+        .acquire(&mut con, "k2", "holder", 60_000, &[])
+        .unwrap()
+        .is_some());
+    vanish(&mut con, "k2", "killed", LEASE);
+    let handle = spawn_waiter(
+        &server,
+        &mut con,
+        WaitRequest::new("k2", "next", 60_000),
+        &done,
+    );
+    wait_until(Duration::from_secs(10), || waiters(&mut con, "k2") == 1);
+    assert_eq!(LIB.release(&mut con, "k2", "holder"), 1);
+    assert_eq!(LIB.info(&mut con, "k2").unwrap().owner, b"next");
+    assert_eq!(
+        granted.recv_timeout(Duration::from_secs(10)).unwrap().0,
+        "next"
+    );
+    handle.join().unwrap();
+}
+
+#[test]
+fn a_timed_out_waiter_leaves_and_never_holds() {
+    let (server, mut con) = library_server(Config::default());
+    assert!(LIB
+        .acquire(&mut con, "t", "holder", 60_000, &[])
+        .unwrap()
+        .is_some());
+    let mut waiter = waiter_connection(&server.url());
+    let mut request = WaitRequest::new("t", "impatient", 60_000);
+    request.timeout = Some(Duration::from_millis(300));
+    assert_eq!(wait_acquire(&mut waiter, &LIB, &request).unwrap(), None);
+    assert_eq!(waiters(&mut con, "t"), 0);
+    assert_eq!(LIB.release(&mut con, "t", "holder"), 1);
+    assert!(LIB.info(&mut con, "t").is_none());
+
+    // A grant pushed but not collected when the waiter gives up is handed on.
+    assert!(LIB
+        .acquire(&mut con, "t", "holder", 60_000, &[])
+        .unwrap()
+        .is_some());
+    vanish(&mut con, "t", "late", 2000);
+    vanish(&mut con, "t", "after", 2000);
+    assert_eq!(LIB.release(&mut con, "t", "holder"), 1);
+    assert_eq!(LIB.info(&mut con, "t").unwrap().owner, b"late");
+    let cancelled: i64 = LIB
+        .cmd("lock_cancel", Some("t"), &[b"late"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(cancelled, 1);
+    assert_eq!(LIB.info(&mut con, "t").unwrap().owner, b"after");
+    let cancelled: i64 = LIB
+        .cmd("lock_cancel", Some("t"), &[b"nobody"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(cancelled, 0);
+}
