@@ -8,9 +8,19 @@ import redis
 from servers import BlackHoleProxy, RedisServer
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # Every test on a server runs on the module and on the function library; those
+    # marked ``scripts`` on a plain server too, where the client sends the library.
+    if "server" in metafunc.fixturenames:
+        kinds = ["module", "functions"]
+        if metafunc.definition.get_closest_marker("scripts"):
+            kinds.append("scripts")
+        metafunc.parametrize("server", kinds, indirect=True)
+
+
 @pytest.fixture
-def server() -> Iterator[RedisServer]:
-    started = RedisServer()
+def server(request: pytest.FixtureRequest) -> Iterator[RedisServer]:
+    started = RedisServer(kind=request.param)
     yield started
     started.stop()
 

@@ -1,6 +1,8 @@
-"""Real redis-servers with the freshly built module on free loopback ports, and a
-TCP proxy that black-holes traffic on demand. No mocks: every test talks to a real
-server, as the module's own tests do (testkit/)."""
+"""Real redis-servers on free loopback ports, each of one kind: with the freshly
+built module ("module"), with the function library loaded by FUNCTION LOAD
+("functions"), or plain, for the client to send the library as a script
+("scripts"); and a TCP proxy that black-holes traffic on demand. No mocks: every
+test talks to a real server, as the module's own tests do (testkit/)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,14 @@ import redis
 from redis_lock_client._backend import parse_info
 
 ROOT = Path(__file__).resolve().parents[2]
+
+#: The kind of each server started here, by port (see :func:`lock_info`).
+KINDS: dict[int, str] = {}
+
+
+def library_source() -> str:
+    """lua/redislock.lua, the one source of the library."""
+    return (ROOT / "lua" / "redislock.lua").read_text("utf-8")
 
 
 def module_path() -> Path:
@@ -45,7 +55,11 @@ class RedisServer:
     """A redis-server child on a free port, in a directory of its own; killed by
     :meth:`stop`."""
 
-    def __init__(self, with_module: bool = True, extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, with_module: bool = True, extra: tuple[str, ...] = (), kind: str = "module"
+    ) -> None:
+        with_module = with_module and kind == "module"
+        self.kind = kind
         self.dir = tempfile.TemporaryDirectory(prefix="redis-lock-py-")
         binary = os.environ.get("REDIS_SERVER", "redis-server")
         for _ in range(5):
@@ -58,6 +72,9 @@ class RedisServer:
             log = open(Path(self.dir.name) / "server.log", "w")  # noqa: SIM115
             self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
             if self._ready():
+                KINDS[self.port] = kind
+                if kind == "functions":
+                    self.client().function_load(library_source(), replace=True)
                 return
             self.stop()
         raise RuntimeError(f"redis-server did not start; see {self.dir.name}/server.log")
@@ -154,6 +171,13 @@ def wait_until(condition: Callable[[], bool], limit: float = 5.0) -> None:
 
 
 def lock_info(client: redis.Redis, key: str) -> dict[str, Any] | None:
-    """The server's LOCK.INFO of ``key``, read directly."""
+    """The server's LOCK.INFO of ``key`` (or the library's lock_info), read
+    directly, not through the package."""
     raw: Any = client
+    kind = KINDS.get(client.connection_pool.connection_kwargs.get("port", 0), "module")
+    if kind == "functions":
+        return parse_info(raw.execute_command("FCALL_RO", "lock_info", 1, key))
+    if kind == "scripts":
+        script = library_source().partition("\n")[2]
+        return parse_info(raw.execute_command("EVAL", script, 1, key, "lock_info"))
     return parse_info(raw.execute_command("LOCK.INFO", key))

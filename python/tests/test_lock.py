@@ -14,6 +14,7 @@ from redis_lock_client._errors import backend_missing
 from servers import RedisServer, lock_info, wait_until
 
 
+@pytest.mark.scripts
 def test_a_lock_is_granted_with_a_token_and_released(client: redis.Redis) -> None:
     lock = Lock(client, "job", ttl=5.0)
     assert lock.acquire()
@@ -27,6 +28,7 @@ def test_a_lock_is_granted_with_a_token_and_released(client: redis.Redis) -> Non
     assert lock.token is None
 
 
+@pytest.mark.scripts
 def test_a_busy_lock_is_refused_without_waiting_and_tokens_increase(client: redis.Redis) -> None:
     first, second = Lock(client, "job"), Lock(client, "job")
     assert first.acquire()
@@ -41,6 +43,7 @@ def test_a_busy_lock_is_refused_without_waiting_and_tokens_increase(client: redi
     assert not second.locked()
 
 
+@pytest.mark.scripts
 def test_a_waiter_is_granted_at_release(client: redis.Redis) -> None:
     holder, waiter = Lock(client, "job"), Lock(client, "job")
     holder.acquire()
@@ -110,15 +113,6 @@ def test_bad_arguments_are_refused_before_anything_is_sent(client: redis.Redis) 
     with pytest.raises(RuntimeError):
         lock.release()
     assert lock_info(client, "job") is None
-
-
-def test_a_server_without_the_module_says_so() -> None:
-    server = RedisServer(with_module=False)
-    try:
-        with pytest.raises(NoLockBackendError, match="the server has no lock module"):
-            Lock(server.client(), "job").acquire()
-    finally:
-        server.stop()
 
 
 def test_an_unknown_command_after_the_probe_means_no_module() -> None:

@@ -1,4 +1,5 @@
-"""Locks, semaphores and read-write locks on the redis-lock module, for redis-py.
+"""Locks, semaphores and read-write locks on the redis-lock module (or its function
+library, on servers without the module), for redis-py.
 
 Fencing tokens, FIFO waiting in the server (no polling), renewal in the background
 that tells the holder when it lost the lock, before anyone else can be granted it.
@@ -10,7 +11,7 @@ that tells the holder when it lost the lock, before anyone else can be granted i
 """
 
 from ._aio import AsyncLock, AsyncReadLock, AsyncReadWriteLock, AsyncSemaphore
-from ._errors import LockError, LockLostError, NoLockBackendError
+from ._errors import LibraryVersionError, LockError, LockLostError, NoLockBackendError
 from ._lease import margin
 from ._only_one import only_one
 from ._sync import Lock, ReadLock, ReadWriteLock, Semaphore
@@ -20,6 +21,7 @@ __all__ = [
     "AsyncReadLock",
     "AsyncReadWriteLock",
     "AsyncSemaphore",
+    "LibraryVersionError",
     "Lock",
     "LockError",
     "LockLostError",

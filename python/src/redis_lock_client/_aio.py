@@ -17,6 +17,7 @@ import redis.exceptions
 
 from . import _io
 from ._backend import EXCLUSIVE, SHARED, Backend, Mode
+from ._detect import BackendName, check_backend_name
 from ._errors import LockLostError, backend_missing
 from ._holding import (
     CONTROL_LIMIT,
@@ -47,6 +48,7 @@ class _AsyncHolder:
         *,
         on_lost: Callable[[], Any] | None = None,
         raise_on_lost: bool = True,
+        backend: BackendName = None,
     ) -> None:
         self._ttl_ms = check_ttl(ttl)
         self._client = client
@@ -55,6 +57,7 @@ class _AsyncHolder:
         self._mode = mode
         self._on_lost = on_lost
         self.raise_on_lost = raise_on_lost
+        self._forced = check_backend_name(backend)
         self._owner: str | None = None
         self._token: int | None = None
         self._lease: Lease | None = None
@@ -167,8 +170,8 @@ class _AsyncHolder:
     async def _withdraw(self, backend: Backend, owner: str) -> None:
         try:
             conn = self._conn(WITHDRAW_LIMIT)
-            release = _io.run_async(backend.release(self.key, owner), _io.on_async(conn))
-            await asyncio.wait_for(release, WITHDRAW_LIMIT)
+            withdraw = _io.run_async(backend.withdraw(self.key, owner), _io.on_async(conn))
+            await asyncio.wait_for(withdraw, WITHDRAW_LIMIT)
         except Exception as error:
             await self._drop(WITHDRAW_LIMIT)
             log.warning("could not withdraw from lock %r (its TTL ends it): %s", self.key, error)
@@ -239,7 +242,7 @@ class _AsyncHolder:
         if self._backend is None:
             try:
                 call = _io.on_async(self._conn(CONTROL_LIMIT))
-                self._backend = await _io.backend_for_async(self._client, call)
+                self._backend = await _io.backend_for_async(self._client, call, self._forced)
             except BaseException:
                 await self._drop(CONTROL_LIMIT)
                 raise
@@ -304,8 +307,17 @@ class AsyncLock(_AsyncHolder):
         *,
         on_lost: Callable[[], Any] | None = None,
         raise_on_lost: bool = True,
+        backend: BackendName = None,
     ) -> None:
-        super().__init__(client, key, ttl, EXCLUSIVE, on_lost=on_lost, raise_on_lost=raise_on_lost)
+        super().__init__(
+            client,
+            key,
+            ttl,
+            EXCLUSIVE,
+            on_lost=on_lost,
+            raise_on_lost=raise_on_lost,
+            backend=backend,
+        )
 
     async def __aenter__(self) -> AsyncLock:
         await self.acquire()
@@ -324,9 +336,12 @@ class AsyncSemaphore(_AsyncHolder):
         *,
         on_lost: Callable[[], Any] | None = None,
         raise_on_lost: bool = True,
+        backend: BackendName = None,
     ) -> None:
         mode = Mode(limit=check_permits(permits))
-        super().__init__(client, key, ttl, mode, on_lost=on_lost, raise_on_lost=raise_on_lost)
+        super().__init__(
+            client, key, ttl, mode, on_lost=on_lost, raise_on_lost=raise_on_lost, backend=backend
+        )
         self.permits = permits
 
     async def __aenter__(self) -> AsyncSemaphore:
@@ -353,10 +368,15 @@ class AsyncReadWriteLock:
         *,
         on_lost: Callable[[], Any] | None = None,
         raise_on_lost: bool = True,
+        backend: BackendName = None,
     ) -> None:
         check_ttl(ttl)
         self._client, self.key, self.ttl = client, key, ttl
-        self._options: dict[str, Any] = {"on_lost": on_lost, "raise_on_lost": raise_on_lost}
+        self._options: dict[str, Any] = {
+            "on_lost": on_lost,
+            "raise_on_lost": raise_on_lost,
+            "backend": backend,
+        }
 
     def read(self) -> AsyncReadLock:
         """A shared holding (a new holder object each call), used like a Lock."""

@@ -7,18 +7,16 @@ generators (``_io.run_sync`` and ``_io.run_async``), so the two cannot drift apa
 and a backend whose wait is a conversation of several calls (the function library's
 wait protocol) slots in beside the module's single blocking command.
 
-The backend is picked by probing the server once per connection pool
-(:func:`detect`): ``COMMAND INFO LOCK.ACQUIRE`` names the module's command when the
-module is loaded.
+Backends: the module here; the function library (``FCALL`` or ``EVALSHA``) in
+``_library``; which one a server has is probed once per connection pool
+(``_detect``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Protocol, Union
-
-from ._errors import NoLockBackendError
 
 Arg = Union[str, bytes, int]
 
@@ -68,6 +66,11 @@ class Backend(Protocol):
 
     def release(self, key: str, owner: str) -> Generator[Step, Any, bool]: ...
 
+    def withdraw(self, key: str, owner: str) -> Generator[Step, Any, None]:
+        """Ends whatever an acquire cut short may have left: a queue place, a grant
+        not yet heard of by the caller."""
+        ...
+
     def extend(self, key: str, owner: str, ttl_ms: int) -> Generator[Step, Any, bool]: ...
 
     def info(self, key: str) -> Generator[Step, Any, dict[str, Any] | None]: ...
@@ -92,6 +95,10 @@ class ModuleBackend:
         reply = yield Step(("LOCK.RELEASE", key, owner))
         return int(reply) == 1
 
+    def withdraw(self, key: str, owner: str) -> Generator[Step, Any, None]:
+        # A queued waiter left with its closed connection; a release ends a grant.
+        yield from self.release(key, owner)
+
     def extend(self, key: str, owner: str, ttl_ms: int) -> Generator[Step, Any, bool]:
         reply = yield Step(("LOCK.EXTEND", key, owner, ttl_ms))
         return int(reply) == 1
@@ -99,22 +106,6 @@ class ModuleBackend:
     def info(self, key: str) -> Generator[Step, Any, dict[str, Any] | None]:
         reply = yield Step(("LOCK.INFO", key))
         return parse_info(reply)
-
-
-def detect() -> Generator[Step, Any, Backend]:
-    """Probes the server for a backend; :class:`NoLockBackendError` if it has none."""
-    reply = yield Step(("COMMAND", "INFO", "LOCK.ACQUIRE"))
-    if _names_a_command(reply):
-        return ModuleBackend()
-    raise NoLockBackendError("COMMAND INFO LOCK.ACQUIRE knows no such command")
-
-
-def _names_a_command(reply: Any) -> bool:
-    if isinstance(reply, dict):  # redis-py's RESP3 parsing of COMMAND INFO
-        return any(value for value in reply.values())
-    if isinstance(reply, Sequence) and not isinstance(reply, (str, bytes)):
-        return any(entry for entry in reply)
-    return False
 
 
 def text(value: Any) -> Any:

@@ -26,14 +26,30 @@ class LockLostError(LockError):
 
 
 class NoLockBackendError(LockError):
-    """The server has neither the lock module nor the lock function library."""
+    """The server has neither the lock module nor the lock function library, and
+    refuses the library as a script (or the backend forced by ``backend=`` is not
+    there)."""
 
     def __init__(self, detail: str = "") -> None:
         suffix = f" ({detail})" if detail else ""
         super().__init__(
-            "the server has no lock module: add `loadmodule /path/to/libredis_lock.so` "
-            f"to redis.conf, or run `MODULE LOAD /path/to/libredis_lock.so`{suffix}"
+            "the server has no lock backend: load the module (`MODULE LOAD "
+            "/path/to/libredis_lock.so`, or `loadmodule` in redis.conf), or the function "
+            "library (`redis-cli -x FUNCTION LOAD REPLACE < lua/redislock.lua`)"
+            f"{suffix}"
         )
+
+
+class LibraryVersionError(LockError):
+    """The server's ``redislock`` library is older than this client needs."""
+
+    def __init__(self, found: int, needed: int) -> None:
+        super().__init__(
+            f"the server's redislock library is version {found}, older than version "
+            f"{needed} this client was written for: load the lua/redislock.lua of this "
+            "release (`redis-cli -x FUNCTION LOAD REPLACE < lua/redislock.lua`)"
+        )
+        self.found, self.needed = found, needed
 
 
 def backend_missing(error: Exception) -> NoLockBackendError | None:

@@ -22,7 +22,8 @@ from redis.backoff import NoBackoff
 from redis.connection import AbstractConnection
 from redis.retry import Retry
 
-from ._backend import Backend, Step, detect
+from ._backend import Backend, Step
+from ._detect import BackendName, detect
 
 T = TypeVar("T")
 
@@ -30,7 +31,8 @@ SyncClient = redis.Redis
 AsyncClient = redis.asyncio.Redis
 AsyncConnection = redis.asyncio.connection.AbstractConnection
 
-_backends: weakref.WeakKeyDictionary[Any, Backend] = weakref.WeakKeyDictionary()
+#: Per connection pool, the backend probed for each ``backend=`` choice.
+_backends: weakref.WeakKeyDictionary[Any, dict[BackendName, Backend]] = weakref.WeakKeyDictionary()
 
 
 def _no_retry_kwargs(
@@ -118,10 +120,17 @@ def on_async(conn: AsyncConnection) -> Callable[[Step], Awaitable[Any]]:
 
 def run_sync(protocol: Generator[Step, Any, T], call: Callable[[Step], Any]) -> T:
     """Drives ``protocol`` to its result, each step through ``call``."""
+    # A refusal or a failure is thrown into the protocol, which may handle it (a
+    # NOSCRIPT) or let it out.
     try:
         step = next(protocol)
         while True:
-            step = protocol.send(call(step))
+            try:
+                reply = call(step)
+            except Exception as error:
+                step = protocol.throw(error)
+            else:
+                step = protocol.send(reply)
     except StopIteration as done:
         result: T = done.value
         return result
@@ -133,7 +142,12 @@ async def run_async(protocol: Generator[Step, Any, T], call: Callable[[Step], Aw
     try:
         step = next(protocol)
         while True:
-            step = protocol.send(await call(step))
+            try:
+                reply = await call(step)
+            except Exception as error:
+                step = protocol.throw(error)
+            else:
+                step = protocol.send(reply)
     except StopIteration as done:
         result: T = done.value
         return result
@@ -141,22 +155,26 @@ async def run_async(protocol: Generator[Step, Any, T], call: Callable[[Step], Aw
         protocol.close()
 
 
-def backend_for(client: SyncClient, call: Callable[[Step], Any]) -> Backend:
-    """The client's server's backend, probed once per connection pool through
-    ``call`` (a connection of our own: redis-py's parsing of ``COMMAND INFO``
-    fails on the null an unknown command gets)."""
-    pool = client.connection_pool
-    backend = _backends.get(pool)
+def backend_for(
+    client: SyncClient, call: Callable[[Step], Any], forced: BackendName = None
+) -> Backend:
+    """The client's server's backend (``forced``: that one), probed once per
+    connection pool through ``call`` (a connection of our own: redis-py's parsing
+    of ``COMMAND INFO`` fails on the null an unknown command gets)."""
+    known = _backends.setdefault(client.connection_pool, {})
+    backend = known.get(forced)
     if backend is None:
-        backend = run_sync(detect(), call)
-        _backends[pool] = backend
+        backend = run_sync(detect(forced), call)
+        known[forced] = backend
     return backend
 
 
-async def backend_for_async(client: AsyncClient, call: Callable[[Step], Awaitable[Any]]) -> Backend:
-    pool = client.connection_pool
-    backend = _backends.get(pool)
+async def backend_for_async(
+    client: AsyncClient, call: Callable[[Step], Awaitable[Any]], forced: BackendName = None
+) -> Backend:
+    known = _backends.setdefault(client.connection_pool, {})
+    backend = known.get(forced)
     if backend is None:
-        backend = await run_async(detect(), call)
-        _backends[pool] = backend
+        backend = await run_async(detect(forced), call)
+        known[forced] = backend
     return backend

@@ -14,6 +14,7 @@ from redis.connection import AbstractConnection
 
 from . import _io
 from ._backend import EXCLUSIVE, SHARED, Backend, Mode
+from ._detect import BackendName, check_backend_name
 from ._errors import LockLostError, backend_missing
 from ._holding import (
     CONTROL_LIMIT,
@@ -42,6 +43,7 @@ class _Holder:
         *,
         on_lost: Callable[[], Any] | None = None,
         raise_on_lost: bool = True,
+        backend: BackendName = None,
     ) -> None:
         self._ttl_ms = check_ttl(ttl)
         self._client = client
@@ -50,6 +52,7 @@ class _Holder:
         self._mode = mode
         self._on_lost = on_lost
         self.raise_on_lost = raise_on_lost
+        self._forced = check_backend_name(backend)
         self._owner: str | None = None
         self._token: int | None = None
         self._lost = threading.Event()
@@ -163,7 +166,7 @@ class _Holder:
     def _withdraw(self, backend: Backend, owner: str) -> None:
         try:
             conn = self._conn(WITHDRAW_LIMIT)
-            _io.run_sync(backend.release(self.key, owner), _io.on(conn))
+            _io.run_sync(backend.withdraw(self.key, owner), _io.on(conn))
         except Exception as error:
             self._drop(WITHDRAW_LIMIT)
             log.warning("could not withdraw from lock %r (its TTL ends it): %s", self.key, error)
@@ -182,7 +185,7 @@ class _Holder:
         if self._backend is None:
             try:
                 call = _io.on(self._conn(CONTROL_LIMIT))
-                self._backend = _io.backend_for(self._client, call)
+                self._backend = _io.backend_for(self._client, call, self._forced)
             except BaseException:
                 self._drop(CONTROL_LIMIT)
                 raise
@@ -255,8 +258,17 @@ class Lock(_Holder):
         *,
         on_lost: Callable[[], Any] | None = None,
         raise_on_lost: bool = True,
+        backend: BackendName = None,
     ) -> None:
-        super().__init__(client, key, ttl, EXCLUSIVE, on_lost=on_lost, raise_on_lost=raise_on_lost)
+        super().__init__(
+            client,
+            key,
+            ttl,
+            EXCLUSIVE,
+            on_lost=on_lost,
+            raise_on_lost=raise_on_lost,
+            backend=backend,
+        )
 
     def __enter__(self) -> Lock:
         self.acquire()
@@ -280,9 +292,12 @@ class Semaphore(_Holder):
         *,
         on_lost: Callable[[], Any] | None = None,
         raise_on_lost: bool = True,
+        backend: BackendName = None,
     ) -> None:
         mode = Mode(limit=check_permits(permits))
-        super().__init__(client, key, ttl, mode, on_lost=on_lost, raise_on_lost=raise_on_lost)
+        super().__init__(
+            client, key, ttl, mode, on_lost=on_lost, raise_on_lost=raise_on_lost, backend=backend
+        )
         self.permits = permits
 
     def __enter__(self) -> Semaphore:
@@ -316,10 +331,15 @@ class ReadWriteLock:
         *,
         on_lost: Callable[[], Any] | None = None,
         raise_on_lost: bool = True,
+        backend: BackendName = None,
     ) -> None:
         check_ttl(ttl)
         self._client, self.key, self.ttl = client, key, ttl
-        self._options: dict[str, Any] = {"on_lost": on_lost, "raise_on_lost": raise_on_lost}
+        self._options: dict[str, Any] = {
+            "on_lost": on_lost,
+            "raise_on_lost": raise_on_lost,
+            "backend": backend,
+        }
 
     def read(self) -> ReadLock:
         """A shared holding (a new holder object each call), used like a Lock."""

@@ -1,0 +1,139 @@
+"""The ``redislock`` function library (lua/redislock.lua, docs/PROTOCOL.md) as a
+backend, for servers without the module: called by ``FCALL`` where the library is
+loaded, or by ``EVALSHA`` of the same file sent by this client (``SCRIPT LOAD``).
+
+Waiting is the protocol of PROTOCOL.md, done by the client: ``lock_wait`` gives a
+place in the server's FIFO queue (or the lock), then ``BLPOP`` on the waiter's own
+grant list until the wake-up time it named, and again, until granted or the
+wait's timeout, when ``lock_cancel`` withdraws the place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Generator, Sequence
+from importlib import resources
+from typing import Any
+
+import redis.exceptions
+
+from ._backend import Arg, Mode, Step, parse_info
+from ._errors import LibraryVersionError
+
+#: The library version (``lock_version``) this client was written for.
+LIBRARY_VERSION = 1
+
+
+def library_source() -> str:
+    """The library as ``FUNCTION LOAD`` takes it: the package's copy of
+    lua/redislock.lua (a test holds the two equal)."""
+    return resources.files(__package__).joinpath("redislock.lua").read_text("utf-8")
+
+
+def library_script() -> str:
+    """The library as ``SCRIPT LOAD`` takes it: without its ``#!lua`` line, which
+    Lua 5.1 cannot parse."""
+    source = library_source()
+    first, _, rest = source.partition("\n")
+    return rest if first.startswith("#!") else source
+
+
+def check_version(reply: Any) -> None:
+    found = int(reply)
+    if found < LIBRARY_VERSION:
+        raise LibraryVersionError(found, LIBRARY_VERSION)
+
+
+class _Library:
+    """The operations on the library; subclasses say how a function is called."""
+
+    name = "library"
+
+    def call(
+        self, function: str, keys: Sequence[str], *args: Arg
+    ) -> Generator[Step, Any, Any]:  # pragma: no cover - overridden
+        raise NotImplementedError
+        yield
+
+    def acquire(
+        self, key: str, owner: str, ttl_ms: int, mode: Mode, wait_ms: int | None
+    ) -> Generator[Step, Any, int | None]:
+        if wait_ms is None:
+            reply = yield from self.call("lock_acquire", (key,), owner, ttl_ms, *mode.args())
+            return None if reply is None else int(reply)
+        deadline = None if wait_ms == 0 else time.monotonic() + wait_ms / 1000
+        while True:
+            token, wake_ms, grants = yield from self.call(
+                "lock_wait", (key,), owner, ttl_ms, *mode.args()
+            )
+            if int(token) > 0:
+                return int(token)
+            block = int(wake_ms)
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    # Leaves the queue, and ends a grant pushed but not collected.
+                    yield from self.call("lock_cancel", (key,), owner)
+                    return None
+                block = min(block, math.ceil(left * 1000))
+            # Whatever BLPOP returns (a token, a wake-up, nothing), lock_wait says
+            # whether the owner holds: the popped value is not trusted alone.
+            yield Step(("BLPOP", grants, f"{max(block, 1) / 1000:.3f}"))
+
+    def release(self, key: str, owner: str) -> Generator[Step, Any, bool]:
+        reply = yield from self.call("lock_release", (key,), owner)
+        return int(reply) == 1
+
+    def withdraw(self, key: str, owner: str) -> Generator[Step, Any, None]:
+        # The place (or a grant not collected), then a grant already collected.
+        yield from self.call("lock_cancel", (key,), owner)
+        yield from self.call("lock_release", (key,), owner)
+
+    def extend(self, key: str, owner: str, ttl_ms: int) -> Generator[Step, Any, bool]:
+        reply = yield from self.call("lock_extend", (key,), owner, ttl_ms)
+        return int(reply) == 1
+
+    def info(self, key: str) -> Generator[Step, Any, dict[str, Any] | None]:
+        reply = yield from self.call("lock_info", (key,))
+        return parse_info(reply)
+
+    def version(self) -> Generator[Step, Any, int]:
+        reply = yield from self.call("lock_version", ())
+        return int(reply)
+
+
+class FunctionsBackend(_Library):
+    """The library loaded with ``FUNCTION LOAD`` (Redis 7.0+, Valkey): ``FCALL``."""
+
+    name = "functions"
+
+    def call(self, function: str, keys: Sequence[str], *args: Arg) -> Generator[Step, Any, Any]:
+        command = "FCALL_RO" if function in ("lock_info", "lock_version") else "FCALL"
+        return (yield Step((command, function, len(keys), *keys, *args)))
+
+
+class ScriptsBackend(_Library):
+    """The library sent by this client as a script (Redis 6.2, or an ACL without
+    ``FUNCTION``): ``EVALSHA sha 1 key function args…``, loaded again on
+    ``NOSCRIPT`` (a restart, ``SCRIPT FLUSH``, a failover), which means the call
+    did not run."""
+
+    name = "scripts"
+
+    def __init__(self) -> None:
+        self.script = library_script()
+        self.sha = hashlib.sha1(self.script.encode("utf-8")).hexdigest()
+
+    def call(self, function: str, keys: Sequence[str], *args: Arg) -> Generator[Step, Any, Any]:
+        step = Step(("EVALSHA", self.sha, len(keys), *keys, function, *args))
+        try:
+            return (yield step)
+        except redis.exceptions.NoScriptError:
+            pass
+        yield from self.load()
+        return (yield step)
+
+    def load(self) -> Generator[Step, Any, None]:
+        yield Step(("SCRIPT", "LOAD", self.script))

@@ -1,0 +1,87 @@
+"""Which backend the client picks (module, function library, library as a script),
+forcing one, and what it says when a server has none or an older library."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import redis
+
+from redis_lock_client import LibraryVersionError, Lock, NoLockBackendError
+
+from servers import ROOT, RedisServer, library_source, lock_info
+
+PACKAGED = Path(__file__).resolve().parents[1] / "src" / "redis_lock_client" / "redislock.lua"
+
+
+def test_the_packaged_library_is_lua_redislock_lua() -> None:
+    # One source of truth: the copy the client sends by SCRIPT LOAD is the file
+    # (refresh it with `cp lua/redislock.lua python/src/redis_lock_client/`).
+    assert PACKAGED.read_bytes() == (ROOT / "lua" / "redislock.lua").read_bytes()
+
+
+@pytest.mark.scripts
+def test_the_backend_is_the_one_the_server_has(server: RedisServer, client: redis.Redis) -> None:
+    lock = Lock(client, "job", ttl=5.0)
+    assert lock.acquire(blocking=False)
+    assert lock._backend is not None and lock._backend.name == server.kind
+    assert lock_info(client, "job") is not None
+    assert lock.release()
+
+
+def test_a_forced_backend_is_used_or_refused(client: redis.Redis) -> None:
+    # The module's server runs scripts too; it has no function library.
+    lock = Lock(client, "job", ttl=5.0, backend="scripts")
+    assert lock.acquire(timeout=1)
+    assert lock._backend is not None and lock._backend.name == "scripts"
+    assert lock.release()
+    with pytest.raises(ValueError, match="backend"):
+        Lock(client, "job", backend="lua")  # type: ignore[arg-type]
+
+
+def test_a_forced_missing_backend_says_what_to_do() -> None:
+    server = RedisServer(kind="scripts")
+    try:
+        for forced in ("module", "functions"):
+            with pytest.raises(NoLockBackendError, match="FUNCTION LOAD"):
+                Lock(server.client(), "job", backend=forced).acquire()  # type: ignore[arg-type]
+    finally:
+        server.stop()
+
+
+def test_a_server_without_any_backend_says_what_to_do() -> None:
+    server = RedisServer(kind="scripts")
+    try:
+        # No module, no library, and scripts refused by the ACL.
+        server.client().execute_command("ACL", "SETUSER", "default", "-@scripting")
+        with pytest.raises(NoLockBackendError, match=r"load the module .* or the function library"):
+            Lock(server.client(), "job").acquire()
+    finally:
+        server.stop()
+
+
+def test_an_older_library_is_refused_naming_both_versions() -> None:
+    server = RedisServer(kind="scripts")
+    try:
+        older = library_source().replace("local VERSION = 1\n", "local VERSION = 0\n", 1)
+        assert older != library_source()
+        server.client().function_load(older, replace=True)
+        with pytest.raises(LibraryVersionError, match="version 0, older than version 1"):
+            Lock(server.client(), "job").acquire()
+    finally:
+        server.stop()
+
+
+def test_a_flushed_script_is_loaded_again() -> None:
+    server = RedisServer(kind="scripts")
+    try:
+        client = server.client()
+        lock = Lock(client, "job", ttl=5.0)
+        assert lock.acquire(timeout=1)
+        client.script_flush()  # as a restart or a failover to a fresh node
+        assert lock.release()
+        assert lock.acquire(blocking=False)
+        assert lock.release()
+    finally:
+        server.stop()
