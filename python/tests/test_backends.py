@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from redis_lock_client import LibraryVersionError, Lock, NoLockBackendError
+from redis_lock_client._detect import BackendName
 
 from servers import ROOT, RedisServer, library_source, lock_info
 
@@ -43,9 +44,10 @@ def test_a_forced_backend_is_used_or_refused(client: redis.Redis) -> None:
 def test_a_forced_missing_backend_says_what_to_do() -> None:
     server = RedisServer(kind="scripts")
     try:
+        forced: BackendName
         for forced in ("module", "functions"):
             with pytest.raises(NoLockBackendError, match="FUNCTION LOAD"):
-                Lock(server.client(), "job", backend=forced).acquire()  # type: ignore[arg-type]
+                Lock(server.client(), "job", backend=forced).acquire()
     finally:
         server.stop()
 
@@ -54,7 +56,7 @@ def test_a_server_without_any_backend_says_what_to_do() -> None:
     server = RedisServer(kind="scripts")
     try:
         # No module, no library, and scripts refused by the ACL.
-        server.client().execute_command("ACL", "SETUSER", "default", "-@scripting")
+        server.client().acl_setuser("default", enabled=True, commands=["-@scripting"])
         with pytest.raises(NoLockBackendError, match=r"load the module .* or the function library"):
             Lock(server.client(), "job").acquire()
     finally:

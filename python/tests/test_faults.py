@@ -92,6 +92,38 @@ def test_a_wait_on_a_stopped_server_ends_near_its_timeout(
     wait_until(lambda: (lock_info(client, "job") or {}).get("waiters") == 0)
 
 
+def test_a_server_stopped_midway_through_a_wait_ends_it_near_its_timeout(
+    server: RedisServer, client: redis.Redis
+) -> None:
+    # The library's wait is many calls: each is bounded by what is left of the
+    # wait, not by the whole timeout again.
+    holder = Lock(client, "job", ttl=30.0)
+    assert holder.acquire()
+    waiter = Lock(client, "job")
+    outcome: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            waiter.acquire(timeout=2.0)
+        except BaseException as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=wait, daemon=True)
+    start = time.monotonic()
+    thread.start()
+    wait_until(lambda: (lock_info(client, "job") or {}).get("waiters") == 1)
+    time.sleep(max(1.2 - (time.monotonic() - start), 0))
+    server.pause()
+    try:
+        # The timeout, the read margin (0.5 s) and the withdrawal's bound (0.5 s).
+        thread.join(2.0 + 1.0 + 0.4)
+        assert not thread.is_alive(), "the wait outlived its timeout on a stopped server"
+        assert time.monotonic() - start < 2.0 + 1.0 + 0.4
+        assert len(outcome) == 1 and isinstance(outcome[0], redis.TimeoutError)
+    finally:
+        server.resume()
+
+
 def test_a_killed_holder_frees_the_lock_at_its_ttl(
     server: RedisServer, client: redis.Redis
 ) -> None:

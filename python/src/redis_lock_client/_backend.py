@@ -23,8 +23,9 @@ Arg = Union[str, bytes, int]
 
 @dataclass(frozen=True)
 class Step:
-    """One command and how long its reply may take: ``read_limit`` seconds beyond
-    the connection's own bound (``None``: as long as the connection allows)."""
+    """One command and how long its reply may take: at most ``read_limit`` seconds,
+    when that is shorter than the connection's own bound (``None``: as long as the
+    connection allows). A wait of several steps bounds each by what is left of it."""
 
     args: tuple[Arg, ...]
     read_limit: float | None = None

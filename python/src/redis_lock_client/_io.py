@@ -11,6 +11,7 @@ database, protocol) with retries off and a read bound chosen per use.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import weakref
 from collections.abc import Awaitable, Generator
@@ -18,6 +19,7 @@ from typing import Any, Callable, TypeVar
 
 import redis
 import redis.asyncio
+import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.connection import AbstractConnection
 from redis.retry import Retry
@@ -83,6 +85,11 @@ def on(conn: AbstractConnection) -> Callable[[Step], Any]:
 
     def call(step: Step) -> Any:
         raw.send_command(*step.args)
+        # can_read(timeout) is in every redis-py since 3; read_response's own
+        # timeout is not.
+        if step.read_limit is not None and not raw.can_read(timeout=step.read_limit):
+            raw.disconnect()
+            raise redis.exceptions.TimeoutError(f"no reply within {step.read_limit:.3f} s")
         return raw.read_response()
 
     return call
@@ -113,7 +120,15 @@ def disconnect(conn: AbstractConnection | None) -> None:
 def on_async(conn: AsyncConnection) -> Callable[[Step], Awaitable[Any]]:
     async def call(step: Step) -> Any:
         await conn.send_command(*step.args)
-        return await conn.read_response()
+        if step.read_limit is None:
+            return await conn.read_response()
+        try:
+            return await asyncio.wait_for(conn.read_response(), step.read_limit)
+        except asyncio.TimeoutError:
+            await conn.disconnect()
+            raise redis.exceptions.TimeoutError(
+                f"no reply within {step.read_limit:.3f} s"
+            ) from None
 
     return call
 

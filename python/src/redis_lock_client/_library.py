@@ -21,6 +21,7 @@ import redis.exceptions
 
 from ._backend import Arg, Mode, Step, parse_info
 from ._errors import LibraryVersionError
+from ._holding import WAIT_MARGIN
 
 #: The library version (``lock_version``) this client was written for.
 LIBRARY_VERSION = 1
@@ -46,14 +47,23 @@ def check_version(reply: Any) -> None:
         raise LibraryVersionError(found, LIBRARY_VERSION)
 
 
+def _bound(deadline: float | None) -> float | None:
+    """How long a step of a wait may take: until its deadline and the margin for
+    the reply's way back, so a server that hangs mid-wait cannot stretch it."""
+    if deadline is None:
+        return None
+    return max(deadline + WAIT_MARGIN - time.monotonic(), 0.01)
+
+
 class _Library:
     """The operations on the library; subclasses say how a function is called."""
 
     name = "library"
 
     def call(
-        self, function: str, keys: Sequence[str], *args: Arg
-    ) -> Generator[Step, Any, Any]:  # pragma: no cover - overridden
+        self, function: str, keys: Sequence[str], *args: Arg, bound: float | None = None
+    ) -> Generator[Step, Any, Any]:
+        """Calls library ``function``, each reply within ``bound`` seconds."""
         raise NotImplementedError
         yield
 
@@ -66,7 +76,7 @@ class _Library:
         deadline = None if wait_ms == 0 else time.monotonic() + wait_ms / 1000
         while True:
             token, wake_ms, grants = yield from self.call(
-                "lock_wait", (key,), owner, ttl_ms, *mode.args()
+                "lock_wait", (key,), owner, ttl_ms, *mode.args(), bound=_bound(deadline)
             )
             if int(token) > 0:
                 return int(token)
@@ -75,12 +85,13 @@ class _Library:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     # Leaves the queue, and ends a grant pushed but not collected.
-                    yield from self.call("lock_cancel", (key,), owner)
+                    yield from self.call("lock_cancel", (key,), owner, bound=_bound(deadline))
                     return None
                 block = min(block, math.ceil(left * 1000))
             # Whatever BLPOP returns (a token, a wake-up, nothing), lock_wait says
             # whether the owner holds: the popped value is not trusted alone.
-            yield Step(("BLPOP", grants, f"{max(block, 1) / 1000:.3f}"))
+            seconds = f"{max(block, 1) / 1000:.3f}"
+            yield Step(("BLPOP", grants, seconds), _bound(deadline))
 
     def release(self, key: str, owner: str) -> Generator[Step, Any, bool]:
         reply = yield from self.call("lock_release", (key,), owner)
@@ -109,9 +120,11 @@ class FunctionsBackend(_Library):
 
     name = "functions"
 
-    def call(self, function: str, keys: Sequence[str], *args: Arg) -> Generator[Step, Any, Any]:
+    def call(
+        self, function: str, keys: Sequence[str], *args: Arg, bound: float | None = None
+    ) -> Generator[Step, Any, Any]:
         command = "FCALL_RO" if function in ("lock_info", "lock_version") else "FCALL"
-        return (yield Step((command, function, len(keys), *keys, *args)))
+        return (yield Step((command, function, len(keys), *keys, *args), bound))
 
 
 class ScriptsBackend(_Library):
@@ -126,14 +139,16 @@ class ScriptsBackend(_Library):
         self.script = library_script()
         self.sha = hashlib.sha1(self.script.encode("utf-8")).hexdigest()
 
-    def call(self, function: str, keys: Sequence[str], *args: Arg) -> Generator[Step, Any, Any]:
-        step = Step(("EVALSHA", self.sha, len(keys), *keys, function, *args))
+    def call(
+        self, function: str, keys: Sequence[str], *args: Arg, bound: float | None = None
+    ) -> Generator[Step, Any, Any]:
+        step = Step(("EVALSHA", self.sha, len(keys), *keys, function, *args), bound)
         try:
             return (yield step)
         except redis.exceptions.NoScriptError:
             pass
-        yield from self.load()
+        yield from self.load(bound)
         return (yield step)
 
-    def load(self) -> Generator[Step, Any, None]:
-        yield Step(("SCRIPT", "LOAD", self.script))
+    def load(self, bound: float | None = None) -> Generator[Step, Any, None]:
+        yield Step(("SCRIPT", "LOAD", self.script), bound)
