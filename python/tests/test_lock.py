@@ -57,6 +57,20 @@ def test_a_waiter_is_granted_at_release(client: redis.Redis) -> None:
     waiter.release()
 
 
+@pytest.mark.scripts
+def test_a_timed_out_wait_leaves_no_waiter_and_is_never_granted(client: redis.Redis) -> None:
+    holder, waiter = Lock(client, "job"), Lock(client, "job")
+    holder.acquire()
+    start = time.monotonic()
+    assert not waiter.acquire(timeout=0.3)
+    assert 0.3 <= time.monotonic() - start < 1.0
+    # Gone from the queue at once (not at the end of a place's lease), so the
+    # release grants nobody.
+    assert (lock_info(client, "job") or {}).get("waiters") == 0
+    holder.release()
+    assert lock_info(client, "job") is None
+
+
 def test_a_wait_outlives_the_clients_own_read_timeout(server: RedisServer) -> None:
     # redis-py's read timeout (here 0.3 s) and retries would cut a wait short and
     # re-queue it at the back; the holder's own connection has neither.
