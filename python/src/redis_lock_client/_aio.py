@@ -293,7 +293,7 @@ async def _disconnect(conn: _io.AsyncConnection | None) -> None:
 
 
 class AsyncLock(_AsyncHolder):
-    """The asyncio twin of :class:`redis_lock_client.Lock`.
+    """The asyncio twin of :class:`redis_lock_client.Lock` (``backend`` as there).
 
     >>> async with AsyncLock(redis.asyncio.Redis(), "report:daily") as lock:
     ...     await write_report(fence=lock.token)

@@ -12,6 +12,7 @@ import redis
 import redis.asyncio
 
 from ._aio import AsyncLock
+from ._detect import BackendName
 from ._sync import Lock
 
 log = logging.getLogger("redis_lock_client")
@@ -27,6 +28,7 @@ def only_one(
     *,
     wait: float | None = None,
     raise_on_lost: bool = True,
+    backend: BackendName = None,
 ) -> Callable[[Callable[..., Awaitable[R]]], Callable[..., Awaitable[R | None]]]: ...
 
 
@@ -38,6 +40,7 @@ def only_one(
     *,
     wait: float | None = None,
     raise_on_lost: bool = True,
+    backend: BackendName = None,
 ) -> Callable[[Callable[..., R]], Callable[..., R | None]]: ...
 
 
@@ -48,13 +51,14 @@ def only_one(
     *,
     wait: float | None = None,
     raise_on_lost: bool = True,
+    backend: BackendName = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Runs the decorated function under the lock at ``key``, or skips it (returns
     None, logs at INFO) while someone else holds it. ``wait`` seconds waits in the
     server's queue first. The lock is renewed while the function runs, and released
     after; a loss raises :class:`LockLostError` after the function returns (unless
     ``raise_on_lost=False``). Works on ``async def`` functions with a
-    ``redis.asyncio.Redis`` client.
+    ``redis.asyncio.Redis`` client. ``backend`` as for :class:`Lock`.
 
     >>> @only_one(redis.Redis(), "cron:cleanup", ttl=60)
     ... def cleanup() -> None:
@@ -70,7 +74,7 @@ def only_one(
 
             @functools.wraps(job)
             async def run_async(*args: Any, **kwargs: Any) -> Any:
-                lock = AsyncLock(aclient, key, ttl, raise_on_lost=raise_on_lost)
+                lock = AsyncLock(aclient, key, ttl, raise_on_lost=raise_on_lost, backend=backend)
                 try:
                     if not await lock.acquire(blocking, wait):
                         log.info("skipped %s: lock %r is busy", job.__name__, key)
@@ -87,7 +91,7 @@ def only_one(
 
         @functools.wraps(job)
         def run(*args: Any, **kwargs: Any) -> Any:
-            lock = Lock(sclient, key, ttl, raise_on_lost=raise_on_lost)
+            lock = Lock(sclient, key, ttl, raise_on_lost=raise_on_lost, backend=backend)
             try:
                 if not lock.acquire(blocking, wait):
                     log.info("skipped %s: lock %r is busy", job.__name__, key)

@@ -245,6 +245,10 @@ class _Holder:
 class Lock(_Holder):
     """An exclusive lock at ``key``, renewed in the background while held.
 
+    ``backend`` forces ``"module"``, ``"functions"`` (the ``redislock`` library by
+    ``FCALL``) or ``"scripts"`` (the library sent by ``EVALSHA``); ``None`` picks
+    the first the server has, in that order.
+
     >>> lock = Lock(redis.Redis(), "report:daily", ttl=30.0)
     >>> with lock:
     ...     write_report(fence=lock.token)
