@@ -2,10 +2,13 @@
 sent with raw redis-py, on one server, in one run.
 
     python bench/overhead.py [--url redis://127.0.0.1:6390/] [--iterations 5000]
+                             [--backend module|functions]
 
 Without ``--url`` it starts a throwaway redis-server with the module (as the tests
 do: ``REDIS_SERVER``, ``REDIS_LOCK_MODULE``, else the worktree's release build if
-there is one, else the debug build). Rounds alternate between the sides and the
+there is one, else the debug build), or with ``--backend functions`` a plain one
+with the function library loaded; the raw side then sends ``FCALL lock_acquire``
+and ``FCALL lock_release``. Rounds alternate between the sides and the
 median round counts, so a burst of load on a shared machine hits both alike.
 Prints microseconds per acquire + release for each side and their ratio.
 """
@@ -28,13 +31,20 @@ from redis_lock_client import AsyncLock, Lock
 
 HERE = Path(__file__).resolve().parent
 
+#: The raw side's acquire and release, per backend (the key and owner follow).
+RAW = {
+    "module": (("LOCK.ACQUIRE",), ("LOCK.RELEASE",)),
+    "functions": (("FCALL", "lock_acquire", 1), ("FCALL", "lock_release", 1)),
+}
+ACQUIRE, RELEASE = RAW["module"]
+
 
 def raw_sync(client: redis.Redis, n: int) -> float:
     raw: Any = client
     start = time.perf_counter()
     for _ in range(n):
-        raw.execute_command("LOCK.ACQUIRE", "bench:raw", "owner-1", 30000)
-        raw.execute_command("LOCK.RELEASE", "bench:raw", "owner-1")
+        raw.execute_command(*ACQUIRE, "bench:raw", "owner-1", 30000)
+        raw.execute_command(*RELEASE, "bench:raw", "owner-1")
     return time.perf_counter() - start
 
 
@@ -53,8 +63,8 @@ async def raw_async(client: redis.asyncio.Redis, n: int) -> float:
     raw: Any = client
     start = time.perf_counter()
     for _ in range(n):
-        await raw.execute_command("LOCK.ACQUIRE", "bench:raw", "owner-1", 30000)
-        await raw.execute_command("LOCK.RELEASE", "bench:raw", "owner-1")
+        await raw.execute_command(*ACQUIRE, "bench:raw", "owner-1", 30000)
+        await raw.execute_command(*RELEASE, "bench:raw", "owner-1")
     return time.perf_counter() - start
 
 
@@ -91,7 +101,10 @@ def main() -> None:
     parser.add_argument("--url", help="a server with the module (default: start one)")
     parser.add_argument("--iterations", type=int, default=5000, help="per round")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--backend", choices=sorted(RAW), default="module")
     args = parser.parse_args()
+    global ACQUIRE, RELEASE
+    ACQUIRE, RELEASE = RAW[args.backend]
     server = None
     url = args.url
     if url is None:
@@ -101,9 +114,10 @@ def main() -> None:
             os.environ["REDIS_LOCK_MODULE"] = str(release)
         from servers import RedisServer, module_path
 
-        server = RedisServer()
+        server = RedisServer(kind=args.backend)
         url = f"redis://127.0.0.1:{server.port}/"
-        print(f"server: {os.environ.get('REDIS_SERVER', 'redis-server')}, module {module_path()}")
+        loaded = f"module {module_path()}" if args.backend == "module" else "the function library"
+        print(f"server: {os.environ.get('REDIS_SERVER', 'redis-server')}, {loaded}")
     n, k = args.iterations, args.rounds
     print(f"{k} rounds of {n} acquire + release each side, median round")
     try:
