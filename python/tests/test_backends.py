@@ -87,3 +87,16 @@ def test_a_flushed_script_is_loaded_again() -> None:
         assert lock.release()
     finally:
         server.stop()
+
+
+def test_a_library_deleted_after_the_probe_says_what_to_do() -> None:
+    server = RedisServer(kind="functions")
+    try:
+        client = server.client()
+        lock = Lock(client, "job", ttl=5.0)
+        assert lock.acquire(blocking=False) and lock.release()
+        client.function_delete("redislock")
+        with pytest.raises(NoLockBackendError, match="FUNCTION LOAD"):
+            Lock(client, "job").acquire()
+    finally:
+        server.stop()

@@ -54,7 +54,9 @@ class LibraryVersionError(LockError):
 
 def backend_missing(error: Exception) -> NoLockBackendError | None:
     """The error to raise instead of ``error`` when it says the server does not know
-    the lock's commands (the module was unloaded after the probe)."""
-    if str(error).lower().startswith("unknown command"):
+    the lock's commands (the module was unloaded, or the library deleted by
+    ``FUNCTION DELETE``/``FUNCTION FLUSH``, after the probe)."""
+    said = str(error).lower()
+    if said.startswith("unknown command") or said.startswith("function not found"):
         return NoLockBackendError(str(error))
     return None
