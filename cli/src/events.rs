@@ -1,7 +1,7 @@
 //! One stderr line per event: acquired, waiting, renewal failed, lost, released.
 //! Renewal failures come from the client crate's `tracing` events.
 //!
-//! Every line the CLI prints goes through [`line`] or [`out`], which never panic:
+//! Every line the CLI prints goes through [`line()`] or [`out`], which never panic:
 //! `eprintln!` and `println!` panic when the terminal is gone (EIO after a closed
 //! pty) or the reader of a pipe has closed (EPIPE; Rust ignores SIGPIPE), and a
 //! panic while a command runs would leave it running without the lock. A failed
