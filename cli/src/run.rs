@@ -2,6 +2,7 @@
 //! of its own while renewing the lock, stop the child before anyone else can be
 //! granted the lock, release it once the child exited.
 
+use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
@@ -45,12 +46,24 @@ pub async fn run<K: Connector>(locks: LockClient<K>, args: RunArgs, events: Even
         )),
         _ => events.say(format_args!("waiting for {}", args.key)),
     }
-    let acquired = tokio::select! {
-        acquired = locks.acquire_with(request) => acquired,
-        number = signals.next() => {
-            // Dropping the wait closes its connection: the server forgets it.
-            events.say(format_args!("signal {number} while waiting for {}: gave up", args.key));
-            return 128 + number;
+    let acquire = locks.acquire_with(request);
+    tokio::pin!(acquire);
+    let acquired = loop {
+        tokio::select! {
+            acquired = &mut acquire => break acquired,
+            number = signals.next() => {
+                if is_stop(number) {
+                    // Nothing runs under the lock yet: stop, and wait on once resumed.
+                    // SAFETY: raise has no memory effects.
+                    unsafe {
+                        libc::raise(libc::SIGSTOP);
+                    }
+                    continue;
+                }
+                // Dropping the wait closes its connection: the server forgets it.
+                events.say(format_args!("signal {number} while waiting for {}: gave up", args.key));
+                return 128 + number;
+            }
         }
     };
     let lock = match acquired {
@@ -145,8 +158,22 @@ async fn supervise(
             }
             number = signals.next() => {
                 crate::fault::check("signal", lock.owner());
+                if is_stop(number) {
+                    if !pause(group, lock, events) {
+                        events.say(format_args!(
+                            "lost {} while stopped: SIGKILL to the command's group",
+                            lock.key()
+                        ));
+                        kill(child, exited.is_some(), group).await;
+                        return i32::from(args.lost_exit);
+                    }
+                    continue;
+                }
                 events.say(format_args!("passing signal {number} to the command"));
                 group.signal(number);
+                // A stopped process of the group acts on the signal only once
+                // continued; left stopped, it would hold the lock for ever.
+                group.signal(libc::SIGCONT);
             }
         }
     }
@@ -162,6 +189,7 @@ async fn stop(
     events: &Events,
 ) {
     group.signal(libc::SIGTERM);
+    group.signal(libc::SIGCONT);
     let gone = async {
         if !exited {
             let _ = child.wait().await;
@@ -175,18 +203,32 @@ async fn stop(
         "the command's group outlived --kill-after {}: SIGKILL to the group",
         humantime::format_duration(kill_after)
     ));
+    kill(child, exited, group).await;
+}
+
+/// SIGKILL to the group; returns once the command was waited for and no process of
+/// its group is left.
+async fn kill(child: &mut Child, exited: bool, group: Group) {
     group.signal(libc::SIGKILL);
-    let _ = child.wait().await;
+    if !exited {
+        let _ = child.wait().await;
+    }
     group.killed().await;
 }
 
 /// The command as a child in a process group of its own (so a loss stops all it
-/// started), with the lock in its environment.
+/// started), with the lock in its environment. Out of the terminal's foreground
+/// group, a read of the terminal would stop it for ever (SIGTTIN) with the lock
+/// held: a terminal on standard input is replaced by `/dev/null`.
 fn spawn(command: &[String], lock: &Lock) -> std::io::Result<Child> {
     let (program, arguments) = command
         .split_first()
         .ok_or_else(|| std::io::Error::other("no command"))?;
-    Command::new(program)
+    let mut child = Command::new(program);
+    if std::io::stdin().is_terminal() {
+        child.stdin(std::process::Stdio::null());
+    }
+    child
         .args(arguments)
         .env("REDIS_LOCK_KEY", lock.key())
         .env("REDIS_LOCK_OWNER", lock.owner())
@@ -242,27 +284,79 @@ async fn release<K: Connector>(locks: &LockClient<K>, lock: &Lock, events: &Even
     }
 }
 
-/// SIGINT, SIGTERM and SIGHUP, as their numbers.
+/// The signals `run` catches, as their numbers: every signal whose default would end
+/// or stop `run` while its command (in a group of its own, out of reach of the
+/// terminal's signals) ran on without anyone renewing the lock. SIGTSTP, SIGTTIN and
+/// SIGTTOU (job control) stop the command's group with `run`; the others are passed
+/// on to the group.
 struct Signals {
-    interrupt: Signal,
-    terminate: Signal,
-    hangup: Signal,
+    caught: Vec<(i32, Signal)>,
 }
+
+/// Signals passed on to the command's group.
+const PASSED_ON: [i32; 7] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+];
+
+/// Job-control stops: the group is stopped with `run` (see [`pause`]).
+const STOPS: [i32; 3] = [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU];
 
 impl Signals {
     fn new() -> std::io::Result<Signals> {
-        Ok(Signals {
-            interrupt: signal(SignalKind::interrupt())?,
-            terminate: signal(SignalKind::terminate())?,
-            hangup: signal(SignalKind::hangup())?,
-        })
+        let caught = PASSED_ON
+            .iter()
+            .chain(STOPS.iter())
+            .map(|&number| Ok((number, signal(SignalKind::from_raw(number))?)))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(Signals { caught })
     }
 
     async fn next(&mut self) -> i32 {
-        tokio::select! {
-            _ = self.interrupt.recv() => libc::SIGINT,
-            _ = self.terminate.recv() => libc::SIGTERM,
-            _ = self.hangup.recv() => libc::SIGHUP,
-        }
+        std::future::poll_fn(|cx| {
+            for (number, signal) in &mut self.caught {
+                if signal.poll_recv(cx).is_ready() {
+                    return std::task::Poll::Ready(*number);
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
     }
+}
+
+/// True for a job-control stop (Ctrl-Z, a read or write of the terminal from the
+/// background).
+fn is_stop(number: i32) -> bool {
+    STOPS.contains(&number)
+}
+
+/// Ctrl-Z and its kin: `run` and its command stop together, as a job a shell can
+/// resume. The command's group is stopped first (SIGSTOP: it cannot be caught), then
+/// `run` itself; while both are stopped nobody renews the lock, and nothing runs
+/// under it. Once resumed (`fg`, `bg`, SIGCONT), the command is continued only if
+/// the lease still holds; `false` means it ran out meanwhile, and the caller ends
+/// the group without letting it run again.
+fn pause(group: Group, lock: &Lock, events: &Events) -> bool {
+    group.signal(libc::SIGSTOP);
+    events.say(format_args!(
+        "stopped with the command; {} lapses unless resumed within {}",
+        lock.key(),
+        humantime::format_duration(Duration::from_millis(lock.remaining().as_millis() as u64))
+    ));
+    // SAFETY: raise has no memory effects; SIGSTOP stops this process until SIGCONT.
+    unsafe {
+        libc::raise(libc::SIGSTOP);
+    }
+    if lock.is_lost() {
+        return false;
+    }
+    group.signal(libc::SIGCONT);
+    events.say(format_args!("resumed, still holding {}", lock.key()));
+    true
 }

@@ -513,3 +513,143 @@ fn info_into_a_closed_pipe_exits_74() {
         assert_eq!(output.status.code(), Some(74), "{}", stderr(&output));
     }
 }
+
+/// Signals a terminal or a user sends that `run` does not need itself (Ctrl-\, SIGUSR1
+/// …) would end `run` by default and leave its command, in a group of its own, running
+/// without anyone renewing the lock: they are passed on to the command's group.
+#[test]
+fn signals_that_would_end_run_are_passed_on_to_the_command() {
+    let server = Server::start();
+    for number in [libc::SIGQUIT, libc::SIGUSR1, libc::SIGALRM] {
+        let dir = tempfile::tempdir().unwrap();
+        let pid = dir.path().join("pid");
+        let script = format!("echo $$ > {}; exec sleep 30", pid.display());
+        let mut child = run(&server.url(), &["--ttl", "1s"], "job", &script)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        common::wait_until(Duration::from_secs(5), || {
+            held(&server, "job") && !read(&pid).is_empty()
+        });
+        let command: i32 = read(&pid).trim().parse().unwrap();
+        signal(&child, number);
+        let status = exits_within(&mut child, Duration::from_secs(10));
+        assert!(
+            !alive(command),
+            "signal {number}: the command runs on after run exited"
+        );
+        assert_eq!(
+            status.code(),
+            Some(128 + number),
+            "signal {number}: its status"
+        );
+        assert!(!held(&server, "job"), "signal {number}: released");
+    }
+}
+
+/// Ctrl-Z stops `run` and its command together, as one job; resumed within the
+/// lease, both go on under the lock. Resumed after the lease ran out, the command is
+/// killed without running again, and `run` exits as on any loss.
+#[test]
+fn ctrl_z_stops_the_command_with_run_and_it_never_runs_after_the_lease() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (pid, done) = (dir.path().join("pid"), dir.path().join("done"));
+    let script = format!(
+        "echo $$ > {}; sleep 1; touch {}",
+        pid.display(),
+        done.display()
+    );
+    let state = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| stat.rsplit_once(") ")?.1.chars().next())
+    };
+    let stopped = |pid: i32| state(pid) == Some('T');
+
+    // Resumed in time: the command finishes under the lock.
+    let mut child = run(&server.url(), &["--ttl", "3s"], "job", &script)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_until(Duration::from_secs(5), || !read(&pid).is_empty());
+    let command: i32 = read(&pid).trim().parse().unwrap();
+    signal(&child, libc::SIGTSTP);
+    common::wait_until(Duration::from_secs(5), || {
+        stopped(child.id() as i32) && stopped(command)
+    });
+    thread::sleep(Duration::from_millis(1500));
+    assert!(!done.exists(), "the command ran on while run was stopped");
+    assert!(held(&server, "job"));
+    signal(&child, libc::SIGCONT);
+    let status = exits_within(&mut child, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0));
+    assert!(done.exists());
+
+    // Resumed too late: the lease ran out while both were stopped.
+    std::fs::remove_file(&done).unwrap();
+    std::fs::remove_file(&pid).unwrap();
+    let mut child = run(&server.url(), &["--ttl", "1s"], "job", &script)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_until(Duration::from_secs(5), || !read(&pid).is_empty());
+    let command: i32 = read(&pid).trim().parse().unwrap();
+    signal(&child, libc::SIGTSTP);
+    common::wait_until(Duration::from_secs(5), || {
+        stopped(child.id() as i32) && stopped(command)
+    });
+    thread::sleep(Duration::from_millis(1500));
+    assert!(!held(&server, "job"), "the lock lapsed");
+    signal(&child, libc::SIGCONT);
+    let status = exits_within(&mut child, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(76), "a loss");
+    assert!(!alive(command));
+    thread::sleep(Duration::from_millis(1200));
+    assert!(!done.exists(), "the command ran after the lease ran out");
+}
+
+/// A process of the group that is stopped acts on a SIGTERM only once continued:
+/// `run` continues the group after every signal it passes on, so a stopped
+/// leftover cannot hold the lock for ever.
+#[test]
+fn a_stopped_process_left_in_the_group_ends_on_sigterm() {
+    let server = Server::start();
+    let script = "sh -c 'kill -STOP $$' & sleep 0.3; exit 0";
+    let mut child = run(&server.url(), &["--ttl", "1s"], "job", script)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_until(Duration::from_secs(5), || held(&server, "job"));
+    thread::sleep(Duration::from_millis(800));
+    assert!(held(&server, "job"), "held while the stopped process lives");
+    signal(&child, libc::SIGTERM);
+    exits_within(&mut child, Duration::from_secs(10));
+    assert!(!held(&server, "job"));
+}
+
+/// The command runs out of the terminal's foreground group, where a read of the
+/// terminal would stop it for ever with the lock held: with a terminal on
+/// `redis-lock`'s standard input, the command's is `/dev/null` (its read ends).
+#[test]
+fn a_command_never_waits_on_the_terminal_it_cannot_have() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let read_status = dir.path().join("read");
+    let (_master, slave) = pty();
+    let script = format!("read line; echo $? > {}", read_status.display());
+    let mut child = run(&server.url(), &["--ttl", "1s"], "job", &script)
+        .stdin(Stdio::from(slave))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = exits_within(&mut child, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(read(&read_status).trim(), "1", "the read met end of file");
+    assert!(!held(&server, "job"));
+}
