@@ -487,7 +487,7 @@ fn write_plot(path: &std::path::Path, series: &[Series]) -> std::io::Result<()> 
         y0.floor(),
         y1.ceil().max(y0.floor() + 1.0),
     );
-    let (w, h, left, top, plot_w, plot_h) = (900.0, 520.0, 80.0, 30.0, 520.0, 420.0);
+    let (w, h, left, top, plot_w, plot_h) = (1000.0, 520.0, 80.0, 30.0, 520.0, 420.0);
     let px = |n: f64| left + (n.log10() - x0) / (x1 - x0) * plot_w;
     let py = |c: f64| top + plot_h - (c.max(1.0).log10() - y0) / (y1 - y0) * plot_h;
     let colours = [
