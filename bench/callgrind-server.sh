@@ -16,5 +16,5 @@ start_callgrind_server() {
     "$@" --loadmodule "${MODULE:-$PWD/target/release/libredis_lock.so}" >"$dir/valgrind.log" 2>&1 &
   vg=$!
   trap 'kill $vg 2>/dev/null; wait $vg 2>/dev/null; rm -rf "$dir"' EXIT
-  for _ in $(seq 1 200); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  for _ in $(seq 1 600); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 }

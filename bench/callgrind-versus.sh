@@ -8,6 +8,7 @@
 #
 #   bench/callgrind-versus.sh                 # BEFORE=a7dec23 (before shared holdings)
 #   BEFORE=<commit> RUNS=7 N=5000 bench/callgrind-versus.sh
+#   BEFORE_MODULE=/path/to/libredis_lock.so bench/callgrind-versus.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,9 +23,15 @@ now_module="$PWD/target/release/libredis_lock.so"
 work="$(mktemp -d)"
 cleanup() { git worktree remove --force "$work/tree" >/dev/null 2>&1 || true; rm -rf "$work"; }
 trap cleanup EXIT
-git worktree add --detach --quiet "$work/tree" "$BEFORE"
-(cd "$work/tree" && CARGO_TARGET_DIR="$work/target" cargo build --release --quiet --lib)
-before_module="$work/target/release/libredis_lock.so"
+# BEFORE_MODULE: a release build of the earlier module already at hand (a path to its
+# .so), instead of building BEFORE in a temporary worktree.
+if [ -n "${BEFORE_MODULE:-}" ]; then
+  before_module="$BEFORE_MODULE"
+else
+  git worktree add --detach --quiet "$work/tree" "$BEFORE"
+  (cd "$work/tree" && CARGO_TARGET_DIR="$work/target" cargo build --release --quiet --lib)
+  before_module="$work/target/release/libredis_lock.so"
+fi
 
 gen() { seq 0 $((N - 1)) | awk -v f="$1" '{ printf f "\r\n", $1, $1 }'; }
 
@@ -56,7 +63,7 @@ for _ in $(seq 1 "$RUNS"); do
 done
 
 median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
-echo "Instructions per call, median of $RUNS servers each (N=$N commands per row): the module at $(git rev-parse --short "$BEFORE") against $(git describe --always --dirty)."
+echo "Instructions per call, median of $RUNS servers each (N=$N commands per row): the module at ${BEFORE_MODULE:-$(git rev-parse --short "$BEFORE")} against $(git describe --always --dirty)."
 echo
 echo "| step | before | now | ratio | all runs, now |"
 echo "|---|---|---|---|---|"

@@ -696,3 +696,55 @@ fn a_renamed_or_moved_shared_lock_removes_its_lapses_and_goes_with_its_last_hold
     let _: () = query(&mut con, &["SELECT", "1"]).unwrap();
     assert_eq!(dbsize(&mut con), 0, "nothing of the moved lock is left");
 }
+
+/// RESTORE of a shared lock built from `holdings` (owner, token, expiry) at `key`.
+fn restore_shared(
+    con: &mut Connection,
+    key: &str,
+    holdings: &[(&[u8], i64, i64)],
+) -> RedisResult<()> {
+    let payload = shared_lock_payload(con, "probe", holdings);
+    redis::cmd("RESTORE")
+        .arg(key)
+        .arg(0)
+        .arg(payload)
+        .query(con)
+}
+
+fn unix_ms() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.map_or(0, |d| d.as_millis() as i64)
+}
+
+#[test]
+fn a_restored_shared_lock_whose_holdings_share_a_token_is_refused() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let at = unix_ms() + 600_000;
+    let twins: &[(&[u8], i64, i64)] = &[(b"a", 7, at), (b"b", 8, at), (b"c", 7, at)];
+    let refused = restore_shared(&mut con, "twins", twins).unwrap_err();
+    assert!(refused.to_string().contains("Bad data"), "{refused}");
+    assert_eq!(query::<i64>(&mut con, &["EXISTS", "twins"]).unwrap(), 0);
+    // The same payload with distinct tokens loads: only the duplicate was refused.
+    let distinct: &[(&[u8], i64, i64)] = &[(b"a", 7, at), (b"b", 8, at), (b"c", 9, at)];
+    restore_shared(&mut con, "distinct", distinct).unwrap();
+    assert_eq!(lock_info(&mut con, "distinct").unwrap().holders.len(), 3);
+}
+
+#[test]
+fn a_restored_shared_holding_beyond_the_longest_ttl_is_refused() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let longest = unix_ms() + (1 << 62) - 1;
+    for end in [i64::MAX, longest + 60_000] {
+        let holdings: &[(&[u8], i64, i64)] = &[(b"a", 7, unix_ms() + 600_000), (b"b", 8, end)];
+        let refused = restore_shared(&mut con, "forever", holdings).unwrap_err();
+        assert!(refused.to_string().contains("Bad data"), "{end}: {refused}");
+        assert_eq!(query::<i64>(&mut con, &["EXISTS", "forever"]).unwrap(), 0);
+    }
+    // The longest TTL a client may ask for loads.
+    let holdings: &[(&[u8], i64, i64)] = &[(b"a", 7, unix_ms() + 600_000), (b"b", 8, longest)];
+    restore_shared(&mut con, "longest", holdings).unwrap();
+    let ttl = lock_info(&mut con, "longest").unwrap().holders[1].ttl;
+    assert!(ttl > 1 << 61 && ttl < 1 << 62, "{ttl}");
+}

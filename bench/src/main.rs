@@ -9,6 +9,7 @@ mod keysets;
 mod peer;
 mod queue;
 mod rwlock;
+mod scaling;
 mod stats;
 
 use std::time::Duration;
@@ -76,6 +77,27 @@ enum Command {
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
     },
+    /// Shared locks that scale: instructions per acquire, extend, release, lapse and
+    /// load at n holdings, per waiter of a hand-off and per lapse applied on a
+    /// replica, beside RPUSH waking N BLPOP clients; a log-log plot; exit status 1
+    /// when a step grows faster than its target. `--port` is a redis-server under
+    /// callgrind, made a replica of `--master-port` for a while.
+    Scaling {
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
+        holders: Vec<usize>,
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+        waiters: Vec<usize>,
+        /// A redis-server with the module, not under callgrind: the master.
+        #[arg(long)]
+        master_port: u16,
+        #[arg(long)]
+        callgrind_pid: u32,
+        #[arg(long)]
+        callgrind_out_file: std::path::PathBuf,
+        /// Where the SVG plot goes.
+        #[arg(long, default_value = "bench/scaling.svg")]
+        plot: std::path::PathBuf,
+    },
     /// One client process of `make bench-peers` (bench/peers/peers.py starts N of
     /// them): acquire with WAIT through the client crate, hold, release, in a loop.
     Peer {
@@ -116,6 +138,25 @@ fn main() -> redis::RedisResult<()> {
             hold_ms,
             seconds,
         } => rwlock::run(&client, cli.runs, readers, writers, hold_ms, seconds),
+        Command::Scaling {
+            holders,
+            waiters,
+            master_port,
+            callgrind_pid,
+            callgrind_out_file,
+            plot,
+        } => {
+            let callgrind = queue::Callgrind {
+                pid: callgrind_pid,
+                out_file: callgrind_out_file,
+            };
+            let sizes = scaling::Sizes { holders, waiters };
+            let met = scaling::run(&client, cli.port, master_port, &sizes, callgrind, &plot)?;
+            if !met {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Peer {
             key,
             hold_ms,

@@ -26,7 +26,7 @@ pub struct Callgrind {
 }
 
 impl Callgrind {
-    fn control(&self, flag: &str) -> RedisResult<()> {
+    pub fn control(&self, flag: &str) -> RedisResult<()> {
         Command::new("callgrind_control")
             .arg(flag)
             .arg(self.pid.to_string())
@@ -35,7 +35,7 @@ impl Callgrind {
     }
 
     /// Instructions of the newest dump (`PROGRAM TOTALS` of callgrind_annotate).
-    fn last_dump_instructions(&self) -> RedisResult<f64> {
+    pub fn last_dump_instructions(&self) -> RedisResult<f64> {
         let dir = self.out_file.parent().unwrap_or(Path::new("."));
         let newest = std::fs::read_dir(dir)?
             .filter_map(|entry| entry.ok())

@@ -71,35 +71,53 @@ impl<W> Default for HandOff<W> {
     }
 }
 
-/// The holdings of a key as a hand-off step sees them: the live ones, then those it
-/// grants.
-struct Occupancy {
+/// The holdings of a key as a hand-off step sees them: the live ones of its lock,
+/// then those the step grants. The lock is looked up, never copied: a step that
+/// grants N waiters costs O(N log n) on a lock of n holdings.
+struct Occupancy<'a> {
+    lock: Option<&'a Lock>,
+    now_ms: i64,
+    /// Live shared holdings of `lock`.
+    live_shared: usize,
+    /// An exclusive holding granted in this step.
     exclusive: Option<(Box<[u8]>, i64)>,
+    /// Shared holdings granted in this step.
     shared: HashMap<Box<[u8]>, i64>,
 }
 
-impl Occupancy {
-    fn of(lock: Option<&Lock>, now_ms: i64) -> Self {
-        let mut occupancy = Occupancy {
+impl<'a> Occupancy<'a> {
+    fn of(lock: Option<&'a Lock>, now_ms: i64) -> Self {
+        let live_shared = match lock {
+            Some(Lock::Shared(holdings)) => {
+                holdings.len().saturating_sub(holdings.lapsed_count(now_ms))
+            }
+            _ => 0,
+        };
+        Occupancy {
+            lock,
+            now_ms,
+            live_shared,
             exclusive: None,
             shared: HashMap::new(),
-        };
-        match lock {
-            None => {}
-            Some(Lock::Exclusive { token, owner }) => {
-                occupancy.exclusive = Some((owner.as_bytes().into(), *token));
-            }
-            Some(Lock::Shared(holdings)) => {
-                for h in holdings.iter().filter(|h| holds_at(h.expires_at, now_ms)) {
-                    occupancy.shared.insert(h.owner.as_bytes().into(), h.token);
-                }
-            }
         }
-        occupancy
     }
 
     /// The mode and token of `owner`'s holding, if it has one.
     fn held_by(&self, owner: &[u8]) -> Option<(Mode, i64)> {
+        match self.lock {
+            Some(Lock::Exclusive { token, owner: o }) => {
+                return (o.as_bytes() == owner).then_some((Mode::Exclusive, *token));
+            }
+            Some(Lock::Shared(holdings)) => {
+                let live = holdings
+                    .get(owner)
+                    .filter(|h| holds_at(h.expires_at, self.now_ms));
+                if let Some(h) = live {
+                    return Some((Mode::Shared, h.token));
+                }
+            }
+            None => {}
+        }
         if let Some((o, token)) = &self.exclusive {
             return (**o == *owner).then_some((Mode::Exclusive, *token));
         }
@@ -107,11 +125,12 @@ impl Occupancy {
     }
 
     fn fits(&self, kind: Kind) -> bool {
+        let exclusive =
+            self.exclusive.is_some() || matches!(self.lock, Some(Lock::Exclusive { .. }));
+        let shared = self.live_shared.saturating_add(self.shared.len());
         match kind {
-            Kind::Exclusive => self.exclusive.is_none() && self.shared.is_empty(),
-            Kind::Shared { limit } => {
-                self.exclusive.is_none() && limit.is_none_or(|n| self.shared.len() < n as usize)
-            }
+            Kind::Exclusive => !exclusive && shared == 0,
+            Kind::Shared { limit } => !exclusive && limit.is_none_or(|n| shared < n as usize),
         }
     }
 

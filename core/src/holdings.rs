@@ -13,6 +13,7 @@
 use std::borrow::Cow;
 
 use crate::owner::Owner;
+pub use crate::shared::{SharedHolding, SharedHoldings};
 
 /// Whether a holding excludes all others (a write lock) or admits other shared
 /// ones (a read lock, a semaphore permit).
@@ -51,22 +52,14 @@ impl Kind {
     }
 }
 
-/// One shared holding.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SharedHolding {
-    pub token: i64,
-    /// Absolute expiry, Unix ms.
-    pub expires_at: i64,
-    pub owner: Owner,
-}
-
 /// A lock value, as stored at a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lock {
     /// One exclusive holding; its expiry is the key's.
     Exclusive { token: i64, owner: Owner },
-    /// Shared holdings in grant order (oldest first); never empty.
-    Shared(Vec<SharedHolding>),
+    /// Shared holdings, indexed (see [`SharedHoldings`]); never empty. Boxed: the
+    /// common exclusive lock stays 48 bytes.
+    Shared(Box<SharedHoldings>),
 }
 
 /// One holding as replies show it.
@@ -95,11 +88,13 @@ impl Lock {
 
     /// A lock of one shared holding.
     pub fn shared(owner: &[u8], token: i64, expires_at: i64) -> Self {
-        Lock::Shared(vec![SharedHolding {
+        let mut holdings = SharedHoldings::new();
+        holdings.push(SharedHolding {
             token,
             expires_at,
             owner: Owner::new(owner),
-        }])
+        });
+        Lock::Shared(Box::new(holdings))
     }
 
     pub fn mode(&self) -> Mode {
@@ -120,15 +115,17 @@ impl Lock {
                     token: *token,
                     expires_at: key_expires_at,
                 }),
-                &[][..],
+                None,
             ),
-            Lock::Shared(holdings) => (None, holdings.as_slice()),
+            Lock::Shared(holdings) => (None, Some(holdings.iter())),
         };
-        exclusive.into_iter().chain(shared.iter().map(|h| Holder {
-            owner: h.owner.as_bytes(),
-            token: h.token,
-            expires_at: Some(h.expires_at),
-        }))
+        exclusive
+            .into_iter()
+            .chain(shared.into_iter().flatten().map(|h| Holder {
+                owner: h.owner.as_bytes(),
+                token: h.token,
+                expires_at: Some(h.expires_at),
+            }))
     }
 
     /// The key's expiry when a key command set it by hand (`PEXPIRE`, `RESTORE`
@@ -139,7 +136,7 @@ impl Lock {
         let (Lock::Shared(holdings), Some(key)) = (self, key_expires_at) else {
             return None;
         };
-        holdings.iter().any(|h| h.expires_at > key).then_some(key)
+        holdings.latest().is_some_and(|at| at > key).then_some(key)
     }
 
     /// The lock as it holds at a key expiring at `key_expires_at`: each shared
@@ -159,9 +156,7 @@ impl Lock {
     /// Ends every shared holding by `cap` at the latest (a [`Lock::key_cap`]).
     pub fn cap_expiries(&mut self, cap: i64) {
         if let Lock::Shared(holdings) = self {
-            for holding in holdings {
-                holding.expires_at = holding.expires_at.min(cap);
-            }
+            holdings.cap_expiries(cap);
         }
     }
 
@@ -191,10 +186,7 @@ impl Lock {
             Lock::Exclusive { token, owner: o } if mode == Mode::Exclusive => {
                 (o.as_bytes() == owner).then_some(*token)
             }
-            Lock::Shared(holdings) if mode == Mode::Shared => holdings
-                .iter()
-                .find(|h| h.owner.as_bytes() == owner)
-                .map(|h| h.token),
+            Lock::Shared(holdings) if mode == Mode::Shared => holdings.get(owner).map(|h| h.token),
             _ => None,
         }
     }
@@ -229,7 +221,7 @@ impl Lock {
     pub fn key_expiry(&self, key_expires_at: Option<i64>) -> Option<i64> {
         match self {
             Lock::Exclusive { .. } => key_expires_at,
-            Lock::Shared(holdings) => holdings.iter().map(|h| h.expires_at).max(),
+            Lock::Shared(holdings) => holdings.latest(),
         }
     }
 
@@ -240,7 +232,7 @@ impl Lock {
     pub fn next_lapse(&self) -> Option<i64> {
         match self {
             Lock::Exclusive { .. } => None,
-            Lock::Shared(holdings) => holdings.iter().map(|h| h.expires_at).min(),
+            Lock::Shared(holdings) => holdings.earliest(),
         }
     }
 
@@ -258,11 +250,7 @@ impl Lock {
     /// Sets the expiry of `owner`'s shared holding.
     pub fn set_shared_expiry(&mut self, owner: &[u8], expires_at: i64) -> bool {
         match self {
-            Lock::Shared(holdings) => holdings
-                .iter_mut()
-                .find(|h| h.owner.as_bytes() == owner)
-                .map(|h| h.expires_at = expires_at)
-                .is_some(),
+            Lock::Shared(holdings) => holdings.set_expiry(owner, expires_at),
             Lock::Exclusive { .. } => false,
         }
     }
@@ -273,11 +261,7 @@ impl Lock {
     pub fn remove(&mut self, owner: &[u8]) -> bool {
         match self {
             Lock::Exclusive { owner: o, .. } => o.as_bytes() == owner,
-            Lock::Shared(holdings) => {
-                let before = holdings.len();
-                holdings.retain(|h| h.owner.as_bytes() != owner);
-                holdings.len() < before
-            }
+            Lock::Shared(holdings) => holdings.remove(owner).is_some(),
         }
     }
 
@@ -288,15 +272,11 @@ impl Lock {
         let Lock::Shared(holdings) = self else {
             return Vec::new();
         };
-        let mut lapsed = Vec::new();
-        holdings.retain(|h| {
-            let live = holds_at(h.expires_at, now_ms);
-            if !live {
-                lapsed.push((h.owner.as_bytes().into(), h.token));
-            }
-            live
-        });
-        lapsed
+        holdings
+            .remove_lapsed(now_ms)
+            .into_iter()
+            .map(|h| (h.owner.as_bytes().into(), h.token))
+            .collect()
     }
 
     /// Heap bytes this lock owns besides the `Lock` itself (for `MEMORY USAGE`).
@@ -304,8 +284,7 @@ impl Lock {
         match self {
             Lock::Exclusive { owner, .. } => owner.heap_size(),
             Lock::Shared(holdings) => {
-                holdings.capacity() * std::mem::size_of::<SharedHolding>()
-                    + holdings.iter().map(|h| h.owner.heap_size()).sum::<usize>()
+                std::mem::size_of::<SharedHoldings>().saturating_add(holdings.heap_size())
             }
         }
     }

@@ -14,6 +14,7 @@ pub mod holdings;
 pub mod owner;
 pub mod queue;
 pub mod rules;
+pub mod shared;
 pub mod stats;
 pub mod store;
 pub mod timers;

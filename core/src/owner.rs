@@ -7,7 +7,7 @@
 /// Owners up to this many bytes live inside the lock.
 const INLINE: usize = 38;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Owner {
     /// `bytes[..len]` is the owner; the rest stays zero.
     Inline {
@@ -42,6 +42,28 @@ impl Owner {
             Owner::Inline { .. } => 0,
             Owner::Heap(bytes) => bytes.len(),
         }
+    }
+}
+
+/// Owners compare and hash as their bytes, so a table keyed by `Owner` is looked up
+/// by `&[u8]`.
+impl PartialEq for Owner {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for Owner {}
+
+impl std::hash::Hash for Owner {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state);
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for Owner {
+    fn borrow(&self) -> &[u8] {
+        self.as_bytes()
     }
 }
 

@@ -80,10 +80,9 @@ fn live_count(current: Option<&Lock>, now_ms: i64) -> usize {
     match current {
         None => 0,
         Some(Lock::Exclusive { .. }) => 1,
-        Some(Lock::Shared(holdings)) => holdings
-            .iter()
-            .filter(|h| holds_at(h.expires_at, now_ms))
-            .count(),
+        Some(Lock::Shared(holdings)) => {
+            holdings.len().saturating_sub(holdings.lapsed_count(now_ms))
+        }
     }
 }
 
@@ -96,11 +95,11 @@ pub(crate) fn shared_key_expiry(
     now_ms: i64,
 ) -> i64 {
     match current {
+        // The latest of the others: if it does not hold, none of them does.
         Some(Lock::Shared(holdings)) => holdings
-            .iter()
-            .filter(|h| h.owner.as_bytes() != owner && holds_at(h.expires_at, now_ms))
-            .map(|h| h.expires_at)
-            .fold(expires_at, i64::max),
+            .latest_but(owner)
+            .filter(|at| holds_at(*at, now_ms))
+            .map_or(expires_at, |at| at.max(expires_at)),
         _ => expires_at,
     }
 }
@@ -142,8 +141,8 @@ pub fn plan_acquire(
     if let Some(token) = held_token {
         let live = match current {
             Some(Lock::Shared(holdings)) => holdings
-                .iter()
-                .any(|h| h.owner.as_bytes() == request.owner && holds_at(h.expires_at, now)),
+                .get(request.owner)
+                .is_some_and(|h| holds_at(h.expires_at, now)),
             _ => true,
         };
         if live {
@@ -198,17 +197,12 @@ pub fn plan_release(
         Some(Lock::Shared(holdings)) => {
             let now_ms = now_ms();
             let live = |at: i64| now_ms.is_none_or(|now| holds_at(at, now));
-            let mine = holdings
-                .iter()
-                .any(|h| h.owner.as_bytes() == owner && live(h.expires_at));
+            let mine = holdings.get(owner).is_some_and(|h| live(h.expires_at));
             if !mine {
                 return ReleasePlan::NotHeld;
             }
-            let rest = holdings
-                .iter()
-                .filter(|h| h.owner.as_bytes() != owner && live(h.expires_at))
-                .map(|h| h.expires_at)
-                .max();
+            // The latest of the others: if it does not hold, none of them does.
+            let rest = holdings.latest_but(owner).filter(|at| live(*at));
             match rest {
                 Some(key_expires_at) => ReleasePlan::RemoveHolding { key_expires_at },
                 None => ReleasePlan::DeleteKey,
@@ -244,8 +238,8 @@ pub fn plan_extend(
     let live = match lock {
         Lock::Exclusive { owner: o, token } => (o.as_bytes() == owner).then_some(*token),
         Lock::Shared(holdings) => holdings
-            .iter()
-            .find(|h| h.owner.as_bytes() == owner && holds_at(h.expires_at, now_ms))
+            .get(owner)
+            .filter(|h| holds_at(h.expires_at, now_ms))
             .map(|h| h.token),
     };
     let Some(token) = live else {

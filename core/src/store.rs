@@ -95,7 +95,7 @@ pub fn settle(store: &mut impl Store, now_ms: i64) -> Result<Vec<Lapsed>, StoreE
     // Looked at before it is touched: a write through the store is a change of the
     // key (WATCH, client-side caching), which a settle that finds nothing is not.
     let any_lapsed = match store.lock() {
-        Some(Lock::Shared(holdings)) => holdings.iter().any(|h| !holds_at(h.expires_at, now_ms)),
+        Some(Lock::Shared(holdings)) => holdings.earliest().is_some_and(|at| !holds_at(at, now_ms)),
         _ => false,
     };
     if !any_lapsed {
@@ -128,7 +128,12 @@ fn add_holding(
     key_expires_at: i64,
 ) -> Result<(), StoreError> {
     match (store.lock_mut(), kind.mode()) {
-        (Some(lock @ Lock::Shared(_)), Mode::Shared) => lock.add_shared(owner, token, expires_at),
+        (Some(lock @ Lock::Shared(_)), Mode::Shared) => {
+            lock.add_shared(owner, token, expires_at);
+            // Readers joining with one TTL mostly leave the key's expiry where it is:
+            // a hand-off to N of them sets it once, not N times.
+            return shared_key_expiry_at(store, key_expires_at);
+        }
         (_, Mode::Shared) => done(store.put(Lock::shared(owner, token, expires_at)))?,
         (_, Mode::Exclusive) => done(store.put(Lock::exclusive(owner, token)))?,
     }

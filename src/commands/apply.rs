@@ -123,31 +123,25 @@ fn set_shared(
         store::follow_key_expiry(open);
     }
     let (stored, what) = match open.lock_mut() {
-        Some(Lock::Shared(holdings)) => {
-            match holdings.iter_mut().find(|h| h.owner.as_bytes() == owner) {
-                Some(holding) => {
-                    let moved = holding.token == token;
-                    holding.token = token;
-                    holding.expires_at = at;
-                    (
-                        true,
-                        if moved {
-                            Applied::Moved
-                        } else {
-                            Applied::Granted
-                        },
-                    )
-                }
-                None => {
-                    holdings.push(SharedHolding {
-                        token,
-                        expires_at: at,
-                        owner: Owner::new(owner),
-                    });
-                    (true, Applied::Granted)
-                }
+        Some(Lock::Shared(holdings)) => match holdings.get(owner).map(|h| h.token) {
+            Some(held) => {
+                holdings.set(owner, token, at);
+                let what = if held == token {
+                    Applied::Moved
+                } else {
+                    Applied::Granted
+                };
+                (true, what)
             }
-        }
+            None => {
+                holdings.push(SharedHolding {
+                    token,
+                    expires_at: at,
+                    owner: Owner::new(owner),
+                });
+                (true, Applied::Granted)
+            }
+        },
         _ => (false, Applied::Granted),
     };
     if !stored && !open.put(Lock::shared(owner, token, at)) {

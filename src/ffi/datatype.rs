@@ -50,6 +50,12 @@ impl ModuleIo {
         ModuleIo(io)
     }
 
+    /// Unix time in milliseconds while the value loads (`RedisModule_Milliseconds`
+    /// needs no context).
+    pub fn now_ms(&self) -> i64 {
+        call!(RedisModule_Milliseconds() else 0)
+    }
+
     fn failed(&self) -> bool {
         call!(RedisModule_IsIOError(self.0) else 1) != 0
     }

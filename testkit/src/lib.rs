@@ -790,6 +790,29 @@ pub fn raise_token_mark(con: &mut Connection, token: i64) {
 /// `probe` names the key the real lock is taken at for a moment; in a cluster it
 /// must hash to a slot of the connected node.
 pub fn lock_payload(con: &mut Connection, probe: &str, owner: &[u8], token: i64) -> Vec<u8> {
+    // Encoding version 2: mode (exclusive), one holding: owner, token, expiry 0.
+    payload_of(con, probe, 0, &[(owner, token, 0)])
+}
+
+/// A DUMP payload of a shared lock with these holdings (owner, token, absolute
+/// expiry in Unix ms), oldest first, written as the module writes one, whatever
+/// they are: for tests of what a load refuses. `probe` as for [`lock_payload`].
+pub fn shared_lock_payload(
+    con: &mut Connection,
+    probe: &str,
+    holdings: &[(&[u8], i64, i64)],
+) -> Vec<u8> {
+    payload_of(con, probe, 1, holdings)
+}
+
+/// A DUMP payload of a lock in encoding version 2: `mode` (0 exclusive, 1 shared),
+/// the holdings' count, then each holding's owner, token and expiry.
+fn payload_of(
+    con: &mut Connection,
+    probe: &str,
+    mode: u64,
+    holdings: &[(&[u8], i64, i64)],
+) -> Vec<u8> {
     let _: Option<i64> = redis::cmd("LOCK.ACQUIRE")
         .arg(probe)
         .arg("probe")
@@ -806,18 +829,19 @@ pub fn lock_payload(con: &mut Connection, probe: &str, owner: &[u8], token: i64)
     const OPCODE_STRING: u8 = 5;
     const OPCODE_EOF: u8 = 0;
     let mut value = type_and_id.to_vec();
-    // Encoding version 2: mode (exclusive), one holding: owner, token, expiry 0.
-    for n in [0u64, 1] {
+    for n in [mode, holdings.len() as u64] {
         value.push(OPCODE_UINT);
         value.extend(rdb_len(n));
     }
-    value.push(OPCODE_STRING);
-    value.extend(rdb_len(owner.len() as u64));
-    value.extend_from_slice(owner);
-    value.push(OPCODE_UINT);
-    value.extend(rdb_len(token as u64));
-    value.push(OPCODE_UINT);
-    value.extend(rdb_len(0));
+    for (owner, token, expires_at) in holdings {
+        value.push(OPCODE_STRING);
+        value.extend(rdb_len(owner.len() as u64));
+        value.extend_from_slice(owner);
+        for n in [*token, *expires_at] {
+            value.push(OPCODE_UINT);
+            value.extend(rdb_len(n as u64));
+        }
+    }
     value.push(OPCODE_EOF);
     seal_payload(&value, version)
 }
