@@ -25,6 +25,14 @@ STYLE = {
     "python-redis-lock": dict(color="#239b56", marker="^"),
     "pottery-redlock": dict(color="#7d3c98", marker="D"),
     "etcd3-lock": dict(color="#566573", marker="x", linestyle=":"),
+    "redisson-rlock": dict(color="#b7950b", marker="v"),
+    "redisson-fairlock": dict(color="#7e5109", marker="v", linestyle="--"),
+    "redsync": dict(color="#17a589", marker="P", linestyle="--"),
+    "redsync-tuned": dict(color="#48c9b0", marker="P"),
+    "ours-rust-limit3": dict(color="#922b21", marker="*", linestyle="-."),
+    "redisson-semaphore": dict(color="#d4ac0d", marker="*", linestyle="-."),
+    "ours-rust-rw": dict(color="#641e16", marker="h", linestyle=""),
+    "redisson-rwlock": dict(color="#f4d03f", marker="h", linestyle=""),
 }
 
 
