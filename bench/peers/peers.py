@@ -374,7 +374,7 @@ def dead_holder(side, redis_server, limit_s=75.0):
             "next_grant_s": None if granted is None else granted - killed, "limit_s": limit_s}
 
 
-def dead_waiter(side, redis_server, hold_ms=2000, limit_s=75.0):
+def dead_waiter(side, redis_server, hold_ms=2000, limit_s=45.0):
     """A holder that keeps the lock `hold_ms` at a time, a waiter A queued behind it and
     SIGKILLed there, and a waiter B queued behind A: seconds from the kill to B's grant
     (the holder's release comes within `hold_ms` of the kill)."""
@@ -435,7 +435,10 @@ def machine(redis_server, etcd_server):
     versions = {name: importlib.metadata.version(name)
                 for name in ["redis", "python-redis-lock", "pottery", "etcd3", "grpcio", "protobuf", "tenacity"]}
     versions.update(pinned_versions())
+    commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
+                            capture_output=True, text=True).stdout.strip()
     return {
+        "commit": commit or "unknown",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "nproc": os.cpu_count(),
         "cpu": cpu,

@@ -322,7 +322,8 @@ def write(results, path):
     parts = [
         "# redis-lock against the locks users would pick instead",
         "",
-        f"Produced by `make bench-peers` (bench/peers/) on {m['date']}, on a shared machine: "
+        f"Produced by `make bench-peers` (bench/peers/) on {m['date']}, at commit "
+        f"{m.get('commit', 'unknown')} (module and harness), on a shared machine: "
         f"{m['nproc']} cores ({m['cpu']}), Linux {m['kernel']}, Redis {m['redis']} (module release "
         f"build, no persistence), etcd {m['etcd']} (Debian's etcd-server, defaults: one member, WAL "
         f"fsynced to disk), Python {m['python']} with {libs}. Other developers were compiling "

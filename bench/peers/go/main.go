@@ -113,10 +113,13 @@ func client(addr, key string, hold time.Duration, tuned bool, t0, t1 float64, fi
 			continue
 		}
 		granted := now()
-		rec.mu.Lock()
-		if granted <= t1 {
-			rec.waitsUs = append(rec.waitsUs, math.Round((granted-rec.waitingSince)*1e7)/10)
+		if granted > t1 {
+			// The report (printed a little after t1) counts this wait as open at t1.
+			_, _ = mutex.UnlockContext(ctx)
+			return
 		}
+		rec.mu.Lock()
+		rec.waitsUs = append(rec.waitsUs, math.Round((granted-rec.waitingSince)*1e7)/10)
 		rec.waitingSince = 0
 		rec.holdingSince = granted
 		rec.mu.Unlock()
@@ -129,7 +132,7 @@ func client(addr, key string, hold time.Duration, tuned bool, t0, t1 float64, fi
 		}
 		finished := now()
 		rec.mu.Lock()
-		rec.heldS += finished - granted
+		rec.heldS += math.Min(finished, t1) - granted
 		rec.holdingSince = 0
 		rec.mu.Unlock()
 		if _, err := mutex.UnlockContext(ctx); err != nil {
