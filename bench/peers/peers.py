@@ -347,9 +347,12 @@ def dead_holder(side, redis_server, limit_s=75.0):
     """A holder SIGKILLed while it holds the lock, a waiter queued behind it: seconds
     from the kill to the waiter's grant (None: no grant within `limit_s`)."""
     redis_server.reset()
+    # Both are started before the lock is taken: a JVM warms up on the lock before
+    # it says `ready`, which it could not do behind the holder.
     (holder,) = start(spawners(side, 1, 600_000, redis_server, None), side)
     waiter = None
     try:
+        (waiter,) = start(spawners(side, 1, 0, redis_server, None), side)
         t = time.time()
         holder.send(f"go {t:.6f} {t + 600:.6f}\n")
         deadline = time.time() + 30
@@ -358,7 +361,6 @@ def dead_holder(side, redis_server, limit_s=75.0):
                 raise RuntimeError(f"{side}: the holder did not take the lock")
             time.sleep(0.01)
         held_at = time.time()
-        (waiter,) = start(spawners(side, 1, 0, redis_server, None), side)
         t0 = time.time() + 0.2
         waiter.send(f"go {t0:.6f} {t0 + limit_s:.6f} first\n")
         time.sleep(max(0.0, t0 + 0.5 - time.time()))
