@@ -102,9 +102,12 @@ func client(addr, key string, hold time.Duration, tuned bool, t0, t1 float64, fi
 		}
 		rec.mu.Unlock()
 		if err := mutex.LockContext(ctx); err != nil {
-			// ErrFailed: redsync gave up after its tries; the client asks again
-			// and the wait goes on (as clients.py does when acquire returns False).
-			if !errors.Is(err, redsync.ErrFailed) {
+			// redsync gave up after its tries (v4.18 says so with *ErrTaken when
+			// its last try found the lock taken, else ErrFailed): the client asks
+			// again and the wait goes on (as clients.py does when acquire returns
+			// False). Anything else is an error.
+			var taken *redsync.ErrTaken
+			if !errors.Is(err, redsync.ErrFailed) && !errors.As(err, &taken) {
 				rec.mu.Lock()
 				rec.errors++
 				rec.mu.Unlock()
