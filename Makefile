@@ -138,7 +138,7 @@ bench: deps
 	bench/run.sh
 
 # Against the locks users would pick instead (redis-py's Lock, python-redis-lock,
-# pottery, etcd) on one workload; writes bench/PEERS.md and its plots (bench/peers/).
+# pottery, etcd, Redisson, redsync) on one workload; writes bench/PEERS.md and its plots (bench/peers/).
 bench-peers: deps
 	bench/peers/run.sh
 

@@ -11,7 +11,17 @@ target/peers/results.json as they come; then PEERS.md and the plots are written.
 Settings (environment): PEERS_N, PEERS_HOLD_MS, PEERS_SIDES (space-separated
 lists), PEERS_SECONDS (shortest run, default 4), PEERS_CYCLES (a run lasts at least
 this many trips of the lock around all N clients, so that a fair lock can show it
-is fair: default 12), PEERS_OUT (where PEERS.md and the PNGs go, default bench/)."""
+is fair: default 12), PEERS_OUT (where PEERS.md and the PNGs go, default bench/), PEERS_DEAD (0 skips the
+dead-holder cell).
+
+Besides the exclusive locks, two more kinds are compared, each with its own peers:
+a semaphore of 3 permits (our `LIMIT 3` against Redisson's RSemaphore) in every
+cell, and a read-write lock (N = 16 readers and 2 writers more: our `SHARED` with
+exclusive writers against Redisson's RReadWriteLock) in the N = 16 cells only.
+
+The Redisson and redsync sides are programs of their own (bench/peers/java,
+bench/peers/go) that run all N clients of a run in one process and print one report
+line per client; the protocol is otherwise the one of clients.py."""
 
 import atexit
 import datetime
@@ -45,9 +55,20 @@ import etcd3  # noqa: E402,F401
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODULE = os.path.join(ROOT, "target/release/libredis_lock.so")
 DRIVER = os.path.join(ROOT, "target/release/lock-bench")
+REDISSON = os.path.join(ROOT, "target/peers-java/redisson-peer.jar")
+REDSYNC = os.path.join(ROOT, "target/peers-go/redsync-peer")
 KEY = "bench:peers"
 OURS = ["ours-rust", "ours-redis-py", "ours-python"]
-ALL_SIDES = OURS + ["redis-py-lock", "redis-py-lock-1ms", "python-redis-lock", "pottery-redlock", "etcd3-lock"]
+ALL_SIDES = OURS + ["redis-py-lock", "redis-py-lock-1ms", "python-redis-lock", "pottery-redlock", "etcd3-lock",
+                    "redisson-rlock", "redisson-fairlock", "redsync", "redsync-tuned",
+                    "ours-rust-limit3", "redisson-semaphore", "ours-rust-rw", "redisson-rwlock"]
+# The read-write rows: this many readers, and RW_WRITERS writers beside them.
+RW_READERS, RW_WRITERS = 16, 2
+RW_SIDES = ["ours-rust-rw", "redisson-rwlock"]
+# The dead-holder cell: a holder killed mid-hold, and how long until the next grant.
+DEAD_SIDES = ["ours-rust", "redisson-rlock", "redisson-fairlock", "redsync"]
+# The dead-waiter cell: the fair locks, whose queue a waiter killed in it could hold up.
+DEAD_WAITER_SIDES = ["ours-rust", "redisson-fairlock"]
 
 
 def env_list(name, default):
@@ -185,17 +206,22 @@ class EtcdServer(Server):
 class Client:
     """One client process: a pid, a pipe to it and a pipe from it."""
 
-    def __init__(self, pid, to_fd, from_fd, proc=None):
+    def __init__(self, pid, to_fd, from_fd, proc=None, count=1):
         self.pid, self.to_fd, self.from_fd, self.buffer = pid, to_fd, from_fd, b""
+        # How many clients the process runs: it says `ready` once, reports `count` lines.
+        self.count = count
         # A Popen must reap its own process: subprocess reaps abandoned ones itself.
         self.proc = proc
         STARTED.append(pid)
 
     @classmethod
-    def rust(cls, port, hold_ms):
-        proc = subprocess.Popen([DRIVER, "--port", str(port), "peer", "--key", KEY, "--hold-ms", str(hold_ms)],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        return cls(proc.pid, proc.stdin.fileno(), proc.stdout.fileno(), proc)
+    def program(cls, argv, count=1):
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        return cls(proc.pid, proc.stdin.fileno(), proc.stdout.fileno(), proc, count)
+
+    @classmethod
+    def rust(cls, port, hold_ms, *options):
+        return cls.program([DRIVER, "--port", str(port), "peer", "--key", KEY, "--hold-ms", str(hold_ms), *options])
 
     @classmethod
     def python(cls, side, port, key, hold_ms):
@@ -254,22 +280,55 @@ class Client:
         STARTED.remove(self.pid)
 
 
+def spawners(side, n, hold_ms, redis_server, etcd_server):
+    """The processes of one run of `side` with N clients: a list of functions that
+    each start one (a Client)."""
+    port = redis_server.port
+    if side == "ours-rust":
+        return [lambda: Client.rust(port, hold_ms)] * n
+    if side == "ours-rust-limit3":
+        return [lambda: Client.rust(port, hold_ms, "--limit", "3")] * n
+    if side == "ours-rust-rw":
+        return ([lambda: Client.rust(port, hold_ms, "--shared", "--role", "reader")] * n
+                + [lambda: Client.rust(port, hold_ms, "--role", "writer")] * RW_WRITERS)
+    if side.startswith("redisson-"):
+        kind = side.split("-", 1)[1]
+        writers = RW_WRITERS if kind == "rwlock" else 0
+        argv = ["java", "-jar", REDISSON, "--port", str(port), "--key", KEY, "--hold-ms", str(hold_ms),
+                "--kind", kind, "--clients", str(n), "--writers", str(writers)]
+        return [lambda: Client.program(argv, n + writers)]
+    if side.startswith("redsync"):
+        argv = [REDSYNC, "--port", str(port), "--key", KEY, "--hold-ms", str(hold_ms), "--clients", str(n)]
+        if side == "redsync-tuned":
+            argv.append("--tuned")
+        return [lambda: Client.program(argv, n)]
+    if side == "etcd3-lock":
+        port = etcd_server.port
+    return [lambda: Client.python(side, port, KEY, hold_ms)] * n
+
+
+def start(spawn_all, side):
+    """Starts the processes and waits for each to say `ready`."""
+    started = []
+    try:
+        for spawn in spawn_all:
+            started.append(spawn())
+        for client in started:
+            line = client.readline(120)
+            if line != "ready":
+                raise RuntimeError(f"{side}: client said {line!r}")
+    except BaseException:
+        for client in started:
+            client.end()
+        raise
+    return started
+
+
 def run_once(side, n, hold_ms, seconds, redis_server, etcd_server):
     server = etcd_server if side == "etcd3-lock" else redis_server
     server.reset()
-    if side == "ours-rust":
-        spawn = lambda: Client.rust(redis_server.port, hold_ms)  # noqa: E731
-    else:
-        port = etcd_server.port if side == "etcd3-lock" else redis_server.port
-        spawn = lambda: Client.python(side, port, KEY, hold_ms)  # noqa: E731
-    started = []
+    started = start(spawners(side, n, hold_ms, redis_server, etcd_server), side)
     try:
-        for _ in range(n):
-            started.append(spawn())
-        for client in started:
-            line = client.readline(60)
-            if line != "ready":
-                raise RuntimeError(f"{side}: client said {line!r}")
         t0 = time.time() + 0.3
         t1 = t0 + seconds
         for client in started:
@@ -278,11 +337,95 @@ def run_once(side, n, hold_ms, seconds, redis_server, etcd_server):
         cpu0, commands0 = server.stats()
         time.sleep(max(0.0, t1 - time.time()))
         cpu1, commands1 = server.stats()
-        reports = [json.loads(client.readline(30)) for client in started]
+        reports = [json.loads(client.readline(30)) for client in started for _ in range(client.count)]
     finally:
         for client in started:
             client.end()
     return report.summarise(side, n, hold_ms, seconds, reports, cpu1 - cpu0, commands1 - commands0)
+
+
+def dead_holder(side, redis_server, limit_s=75.0):
+    """A holder SIGKILLed while it holds the lock, a waiter queued behind it: seconds
+    from the kill to the waiter's grant (None: no grant within `limit_s`)."""
+    redis_server.reset()
+    # Both are started before the lock is taken: a JVM warms up on the lock before
+    # it says `ready`, which it could not do behind the holder.
+    (holder,) = start(spawners(side, 1, 600_000, redis_server, None), side)
+    waiter = None
+    try:
+        (waiter,) = start(spawners(side, 1, 0, redis_server, None), side)
+        t = time.time()
+        holder.send(f"go {t:.6f} {t + 600:.6f}\n")
+        deadline = time.time() + 30
+        while redis_server.con.dbsize() == 0:
+            if time.time() > deadline:
+                raise RuntimeError(f"{side}: the holder did not take the lock")
+            time.sleep(0.01)
+        held_at = time.time()
+        t0 = time.time() + 0.2
+        waiter.send(f"go {t0:.6f} {t0 + limit_s:.6f} first\n")
+        time.sleep(max(0.0, t0 + 0.5 - time.time()))
+        holder.proc.kill()
+        killed = time.time()
+        got = json.loads(waiter.readline(limit_s + 30))
+    finally:
+        holder.end()
+        if waiter is not None:
+            waiter.end()
+    granted = t0 + got["waits_us"][0] / 1e6 if got["waits_us"] else None
+    return {"side": side, "held_before_kill_s": killed - held_at,
+            "next_grant_s": None if granted is None else granted - killed, "limit_s": limit_s}
+
+
+def dead_waiter(side, redis_server, hold_ms=2000, limit_s=45.0):
+    """A holder that keeps the lock `hold_ms` at a time, a waiter A queued behind it and
+    SIGKILLed there, and a waiter B queued behind A: seconds from the kill to B's grant
+    (the holder's release comes within `hold_ms` of the kill)."""
+    redis_server.reset()
+    started = []
+    try:
+        (holder,) = start(spawners(side, 1, hold_ms, redis_server, None), side)
+        started.append(holder)
+        (doomed,) = start(spawners(side, 1, 0, redis_server, None), side)
+        started.append(doomed)
+        (behind,) = start(spawners(side, 1, 0, redis_server, None), side)
+        started.append(behind)
+        t = time.time() + 0.1
+        holder.send(f"go {t:.6f} {t + 600:.6f}\n")
+        doomed.send(f"go {t + 0.3:.6f} {t + 600:.6f}\n")
+        behind.send(f"go {t + 0.6:.6f} {t + 0.6 + limit_s:.6f} first\n")
+        time.sleep(max(0.0, t + 0.9 - time.time()))
+        doomed.proc.kill()
+        killed = time.time()
+        got = json.loads(behind.readline(limit_s + 30))
+    finally:
+        for client in started:
+            client.end()
+    granted = t + 0.6 + got["waits_us"][0] / 1e6 if got["waits_us"] else None
+    return {"side": side, "hold_ms": hold_ms, "next_grant_s": None if granted is None else granted - killed,
+            "limit_s": limit_s}
+
+
+def pinned_versions():
+    """Redisson's and redsync's versions, as pinned in their build files."""
+    out = {}
+    with open(os.path.join(ROOT, "bench/peers/java/pom.xml")) as f:
+        for line in f:
+            if "<redisson.version>" in line:
+                out["redisson"] = line.split(">", 1)[1].split("<", 1)[0]
+    with open(os.path.join(ROOT, "bench/peers/go/go.mod")) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 2 and parts[0] in ("github.com/go-redsync/redsync/v4", "github.com/redis/go-redis/v9"):
+                out[parts[0].split("/")[2]] = parts[1]
+    out["java"] = platform_java()
+    out["go"] = subprocess.run(["go", "env", "GOVERSION"], capture_output=True, text=True).stdout.strip()
+    return out
+
+
+def platform_java():
+    lines = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
+    return lines[0].split('"')[1] if lines and '"' in lines[0] else "unknown"
 
 
 def machine(redis_server, etcd_server):
@@ -294,7 +437,11 @@ def machine(redis_server, etcd_server):
                 break
     versions = {name: importlib.metadata.version(name)
                 for name in ["redis", "python-redis-lock", "pottery", "etcd3", "grpcio", "protobuf", "tenacity"]}
+    versions.update(pinned_versions())
+    commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
+                            capture_output=True, text=True).stdout.strip()
     return {
+        "commit": commit or "unknown",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "nproc": os.cpu_count(),
         "cpu": cpu,
@@ -331,11 +478,28 @@ def main():
                 order = sides[cell % len(sides):] + sides[:cell % len(sides)]
                 cell += 1
                 for side in order:
+                    if side in RW_SIDES and n != RW_READERS:
+                        continue
                     run = run_once(side, n, hold_ms, seconds, redis_server, etcd_server)
                     results["runs"].append(run)
                     print(report.line(run), flush=True)
                     with open(os.path.join(work, "results.json"), "w") as f:
                         json.dump(results, f, indent=1)
+        if os.environ.get("PEERS_DEAD", "1") != "0":
+            results["dead_holder"] = []
+            for side in [s for s in DEAD_SIDES if s in sides]:
+                dead = dead_holder(side, redis_server)
+                results["dead_holder"].append(dead)
+                print(report.dead_line(dead), flush=True)
+                with open(os.path.join(work, "results.json"), "w") as f:
+                    json.dump(results, f, indent=1)
+            results["dead_waiter"] = []
+            for side in [s for s in DEAD_WAITER_SIDES if s in sides]:
+                dead = dead_waiter(side, redis_server)
+                results["dead_waiter"].append(dead)
+                print(report.dead_waiter_line(dead), flush=True)
+                with open(os.path.join(work, "results.json"), "w") as f:
+                    json.dump(results, f, indent=1)
     finally:
         etcd_server.stop()
         redis_server.stop()

@@ -26,6 +26,14 @@ STYLE = {
     "python-redis-lock": dict(color="#239b56", marker="^"),
     "pottery-redlock": dict(color="#7d3c98", marker="D"),
     "etcd3-lock": dict(color="#566573", marker="x", linestyle=":"),
+    "redisson-rlock": dict(color="#b7950b", marker="v"),
+    "redisson-fairlock": dict(color="#7e5109", marker="v", linestyle="--"),
+    "redsync": dict(color="#17a589", marker="P", linestyle="--"),
+    "redsync-tuned": dict(color="#48c9b0", marker="P"),
+    "ours-rust-limit3": dict(color="#922b21", marker="*", linestyle="-."),
+    "redisson-semaphore": dict(color="#d4ac0d", marker="*", linestyle="-."),
+    "ours-rust-rw": dict(color="#641e16", marker="h", linestyle=""),
+    "redisson-rwlock": dict(color="#f4d03f", marker="h", linestyle=""),
 }
 
 
@@ -57,7 +65,8 @@ def against_n(results, hold_ms, path):
     if hold_ms == 0:
         rate_ax.set_yscale("log")  # etcd is two orders of magnitude below
     else:
-        rate_ax.set_ylim(0, 1000 / hold_ms * 1.15)
+        # Semaphore and read-write rows go past one lock's ceiling.
+        rate_ax.set_ylim(0, max([1000 / hold_ms * 1.15] + [r["rate"] * 1.1 for r in runs]))
     rate_ax.set_ylabel("acquisitions per second (more is better)")
     rate_ax.set_title(f"Throughput, hold {hold_ms} ms")
     if hold_ms > 0:

@@ -12,8 +12,30 @@ LABELS = {
     "python-redis-lock": "python-redis-lock",
     "pottery-redlock": "pottery Redlock, 1 master",
     "etcd3-lock": "etcd, python-etcd3 Lock",
+    "redisson-rlock": "Redisson RLock (watchdog, pub/sub)",
+    "redisson-fairlock": "Redisson RFairLock",
+    "redsync": "redsync (defaults)",
+    "redsync-tuned": "redsync, 1 ms retry, no give-up",
+    "ours-rust-limit3": "ours: LIMIT 3 WAIT, Rust client",
+    "redisson-semaphore": "Redisson RSemaphore, 3 permits",
+    "ours-rust-rw": "ours: SHARED + writers, Rust client",
+    "redisson-rwlock": "Redisson RReadWriteLock",
 }
 OURS = ["ours-rust", "ours-redis-py", "ours-python"]
+# Sides that are not exclusive locks, by kind: each is compared with its own kind only.
+KIND = {
+    "ours-rust-limit3": "semaphore",
+    "redisson-semaphore": "semaphore",
+    "ours-rust-rw": "rwlock",
+    "redisson-rwlock": "rwlock",
+}
+# Our side of each kind and its peers, for the targets of issue 25.
+ISSUE25 = {
+    "exclusive": ("ours-rust", {"Redisson": ["redisson-rlock", "redisson-fairlock"],
+                                "redsync": ["redsync", "redsync-tuned"]}),
+    "semaphore": ("ours-rust-limit3", {"Redisson": ["redisson-semaphore"]}),
+    "rwlock": ("ours-rust-rw", {"Redisson": ["redisson-rwlock"]}),
+}
 
 # Everything above this line in PEERS.md is written by peers.py; what follows it is
 # kept as it is when the file is written again.
@@ -29,15 +51,39 @@ def quantile(samples, q):
     return ordered[rank - 1]
 
 
-def summarise(side, n, hold_ms, seconds, reports, cpu_s, commands):
-    per_client = [len(r["waits_us"]) for r in reports]
-    acquisitions = sum(per_client)
+def fairness(reports):
+    """min / max acquisitions per client, within each role (readers and writers of a
+    read-write lock are not expected to get as many grants as each other)."""
+    lowest = 1.0
+    for role in {r.get("role") for r in reports}:
+        counts = [len(r["waits_us"]) for r in reports if r.get("role") == role]
+        lowest = min(lowest, min(counts) / max(counts) if max(counts) else 0.0)
+    return lowest
+
+
+def waits_of(reports):
     # A wait still open at the end counts with what it had waited so far, so a
     # starved client shows in the percentiles instead of vanishing from them.
     waits = [w for r in reports for w in r["waits_us"]]
-    waits += [r["pending_us"] for r in reports if r["pending_us"] is not None]
+    return waits + [r["pending_us"] for r in reports if r["pending_us"] is not None]
+
+
+def summarise(side, n, hold_ms, seconds, reports, cpu_s, commands):
+    per_client = [len(r["waits_us"]) for r in reports]
+    acquisitions = sum(per_client)
+    waits = waits_of(reports)
     per_acquisition = max(acquisitions, 1)
-    return {
+    writers = [r for r in reports if r.get("role") == "writer"]
+    extra = {}
+    if writers:
+        writer_waits = waits_of(writers)
+        extra = {
+            "writers": len(writers),
+            "writer_rate": sum(len(r["waits_us"]) for r in writers) / seconds,
+            "writer_p99_ms": quantile(writer_waits, 0.99) / 1000,
+            "writer_max_ms": max(writer_waits, default=0.0) / 1000,
+        }
+    return extra | {
         "side": side,
         "n": n,
         "hold_ms": hold_ms,
@@ -47,7 +93,7 @@ def summarise(side, n, hold_ms, seconds, reports, cpu_s, commands):
         "utilisation": sum(r["held_s"] for r in reports) / seconds,
         "min_per_client": min(per_client),
         "max_per_client": max(per_client),
-        "fairness": min(per_client) / max(per_client) if max(per_client) else 0.0,
+        "fairness": fairness(reports),
         "p50_ms": quantile(waits, 0.5) / 1000,
         "p99_ms": quantile(waits, 0.99) / 1000,
         "max_ms": max(waits, default=0.0) / 1000,
@@ -55,6 +101,17 @@ def summarise(side, n, hold_ms, seconds, reports, cpu_s, commands):
         "commands": commands / per_acquisition,
         "errors": sum(r["errors"] for r in reports),
     }
+
+
+def dead_line(dead):
+    after = "none" if dead["next_grant_s"] is None else f"{dead['next_grant_s']:.2f} s"
+    return (f"dead holder: {dead['side']:<18} killed {dead['held_before_kill_s']:.1f} s after its grant; "
+            f"next grant {after} after the kill")
+
+
+def dead_waiter_line(dead):
+    after = "none" if dead["next_grant_s"] is None else f"{dead['next_grant_s']:.2f} s"
+    return f"dead waiter: {dead['side']:<18} next grant behind it {after} after the kill"
 
 
 def line(run):
@@ -107,7 +164,7 @@ def targets(runs):
         lines.append(f"\n**{LABELS[ours]}**\n")
 
         def peers(sides):
-            return [s for name, s in sides.items() if name not in OURS]
+            return [s for name, s in sides.items() if name not in OURS and name not in KIND]
 
         ratios = []
         for cell, sides in got.items():
@@ -180,6 +237,79 @@ def targets(runs):
     return "\n".join(lines)
 
 
+def issue25(runs):
+    """The targets of issue 25: our Rust client against Redisson and redsync, kind by
+    kind, one line per target and peer, with the measured figures."""
+    lines = []
+    by_cell = cells(runs)
+    for kind, (ours, groups) in ISSUE25.items():
+        got = {cell: sides for cell, sides in by_cell.items() if ours in sides}
+        if not got:
+            continue
+        lines.append(f"\n**{kind}: {LABELS[ours]}**\n")
+        for group, names in groups.items():
+            def best(sides, field, pick):
+                present = [sides[s] for s in names if s in sides]
+                return pick(present, key=lambda r: r[field]) if present else None
+
+            fast = [(c, s[ours]["rate"] / max(b["rate"], 1e-9), b["side"]) for c, s in got.items()
+                    if c[0] == 0 and (b := best(s, "rate", max))]
+            if fast:
+                lines.append(
+                    f"- Acquisitions/s at H=0 ≥ 1.3x {group}'s best: "
+                    + verdict(all(r >= 1.3 for _, r, _ in fast), fmt_cells((c, f"{r:.2f}x ({b})") for c, r, b in fast)))
+            slow = [(c, s[ours]["p99_ms"], b["p99_ms"], b["side"]) for c, s in got.items()
+                    if c[0] == 10 and c[1] >= 16 and (b := best(s, "p99_ms", min))]
+            if slow:
+                lines.append(
+                    f"- p99 wait at H=10 ms, N ≥ 16 ≤ 0.5x {group}'s best: "
+                    + verdict(all(o <= 0.5 * b for _, o, b, _ in slow),
+                              fmt_cells((c, f"{o:.1f} ms against {b:.1f} ms ({s}), {o / max(b, 1e-9):.2f}x")
+                                        for c, o, b, s in slow)))
+            if kind == "rwlock":
+                writer = [(c, s[ours]["writer_p99_ms"], b["writer_p99_ms"], b["side"]) for c, s in got.items()
+                          if c[0] == 10 and (b := best(s, "writer_p99_ms", min))]
+                if writer:
+                    lines.append(
+                        f"- Writers' p99 wait at H=10 ms ≤ 0.5x {group}'s: "
+                        + verdict(all(o <= 0.5 * b for _, o, b, _ in writer),
+                                  fmt_cells((c, f"{o:.1f} ms against {b:.1f} ms, {o / max(b, 1e-9):.2f}x")
+                                            for c, o, b, _ in writer)))
+            fair = [(c, s[ours]["fairness"], b["fairness"], b["side"]) for c, s in got.items()
+                    if c[1] > 1 and (b := best(s, "fairness", max))]
+            lower = [(c, o, t, b) for c, o, t, b in fair if t < 0.9]
+            if fair:
+                lines.append(
+                    f"- Fairness ≥ 0.9 where {group}'s best is lower: "
+                    + verdict(all(o >= 0.9 for _, o, _, _ in lower),
+                              (fmt_cells((c, f"{o:.2f} against {t:.2f}") for c, o, t, _ in lower)
+                               or "theirs is ≥ 0.9 in every cell")))
+        if kind == "exclusive":
+            cpu = [(c, s[ours]["cpu_us"] / max(s["redisson-fairlock"]["cpu_us"], 1e-9)) for c, s in got.items()
+                   if "redisson-fairlock" in s]
+            if cpu:
+                lines.append(
+                    "- Server CPU per acquisition ≤ 0.8x RFairLock's: "
+                    + verdict(all(r <= 0.8 for _, r in cpu), fmt_cells((c, f"{r:.2f}x") for c, r in cpu)))
+    return "\n".join(lines)
+
+
+def dead_table(dead):
+    rows = ["| side | held before the kill (s) | next client granted after the kill (s) |", "|---|---|---|"]
+    for d in dead:
+        after = f"none within {d['limit_s']:g}" if d["next_grant_s"] is None else f"{d['next_grant_s']:.2f}"
+        rows.append(f"| {LABELS.get(d['side'], d['side'])} | {d['held_before_kill_s']:.1f} | {after} |")
+    return "\n".join(rows)
+
+
+def dead_waiter_table(dead):
+    rows = ["| side | next waiter granted after the kill (s) |", "|---|---|"]
+    for d in dead:
+        after = f"none within {d['limit_s']:g}" if d["next_grant_s"] is None else f"{d['next_grant_s']:.2f}"
+        rows.append(f"| {LABELS.get(d['side'], d['side'])} | {after} |")
+    return "\n".join(rows)
+
+
 def write(results, path):
     m = results["machine"]
     libs = ", ".join(f"{k} {v}" for k, v in m["libraries"].items())
@@ -193,7 +323,8 @@ def write(results, path):
     parts = [
         "# redis-lock against the locks users would pick instead",
         "",
-        f"Produced by `make bench-peers` (bench/peers/) on {m['date']}, on a shared machine: "
+        f"Produced by `make bench-peers` (bench/peers/) on {m['date']}, at commit "
+        f"{m.get('commit', 'unknown')} (module and harness), on a shared machine: "
         f"{m['nproc']} cores ({m['cpu']}), Linux {m['kernel']}, Redis {m['redis']} (module release "
         f"build, no persistence), etcd {m['etcd']} (Debian's etcd-server, defaults: one member, WAL "
         f"fsynced to disk), Python {m['python']} with {libs}. Other developers were compiling "
@@ -225,6 +356,31 @@ def write(results, path):
         "",
         "## Targets (ratios within this run)",
         targets(runs),
+        "",
+        "## Issue 25: against Redisson and redsync (ratios within this run)",
+        "",
+        "Semaphore rows: 3 permits, N clients. Read-write rows: N = 16 readers and 2 writers "
+        "more; their fairness is taken within readers and within writers.",
+        issue25(runs),
+        "",
+        "## A holder killed mid-hold",
+        "",
+        "A holder takes the lock (hold: 10 min) and is SIGKILLed; a waiter queued behind it "
+        "measures the time from the kill to its grant. Our holder asked with a TTL of 10 s (the "
+        "harness does not renew); Redisson's holder runs its watchdog (30 s lease, renewed every "
+        "10 s); redsync's lock expires after its default 8 s.",
+        "",
+        dead_table(results.get("dead_holder", [])),
+        "",
+        "## A waiter killed in the queue",
+        "",
+        "For the fair locks: a holder that keeps the lock 2 s at a time, a waiter queued behind "
+        "it and SIGKILLed there, and a second waiter queued behind that one, which measures the "
+        "time from the kill to its grant (the holder releases within 2 s of the kill). RFairLock "
+        "keeps a dead waiter's place until its wait timeout (`fairLockWaitTimeout`, 300 s by "
+        "default in Redisson 4); ours drops a waiter when its connection closes.",
+        "",
+        dead_waiter_table(results.get("dead_waiter", [])),
         "",
         MARKER,
     ]

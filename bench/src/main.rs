@@ -110,6 +110,15 @@ enum Command {
         /// The lock's TTL, in ms.
         #[arg(long, default_value_t = 10_000)]
         ttl_ms: u64,
+        /// Ask for a shared holding (a read lock).
+        #[arg(long)]
+        shared: bool,
+        /// Ask for one of this many permits (`LIMIT n`, a semaphore).
+        #[arg(long)]
+        limit: Option<u32>,
+        /// `reader` or `writer`, echoed in the report of the read-write rows.
+        #[arg(long)]
+        role: Option<String>,
     },
 }
 
@@ -161,11 +170,19 @@ fn main() -> redis::RedisResult<()> {
             key,
             hold_ms,
             ttl_ms,
+            shared,
+            limit,
+            role,
         } => peer::run(
             cli.port,
             &key,
             Duration::from_millis(ttl_ms),
             Duration::from_millis(hold_ms),
+            peer::Kind {
+                shared,
+                limit,
+                role,
+            },
         ),
     }
 }

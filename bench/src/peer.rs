@@ -7,13 +7,18 @@
 //! `go <t0> <t1>` (Unix times in seconds) from stdin, runs from t0, and at t1 prints
 //! one JSON line of what it measured and exits, wherever it is at that moment (a
 //! wait still open at t1 is reported as `pending`, the time it had waited so far).
+//! With `go <t0> <t1> first` it reports at its first grant instead (the dead-holder
+//! cell: how long until a waiter gets a lock whose holder was killed).
+//!
+//! The request is exclusive by default; `--shared` asks for a read holding and
+//! `--limit n` for one of n permits, for the read-write and semaphore rows.
 
 use std::io::{self, BufRead, Write};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis_lock_client::{LockCommands, Wait};
+use redis_lock_client::{LockCommands, Request, Wait};
 
 /// What one client measured in the window [t0, t1].
 #[derive(Default)]
@@ -43,8 +48,16 @@ fn sleep_until(at: f64) {
     }
 }
 
+/// The kind of holding each acquire asks for, and the role it reports.
+pub struct Kind {
+    pub shared: bool,
+    pub limit: Option<u32>,
+    /// `reader` or `writer` in the read-write rows, echoed in the report.
+    pub role: Option<String>,
+}
+
 /// The JSON line of bench/peers/clients.py's `report`.
-fn report(record: &Record, t1: f64) -> String {
+fn report(record: &Record, t1: f64, role: Option<&str>) -> String {
     let mut held = record.held_s;
     if let Some(since) = record.holding_since {
         held += (t1 - since).max(0.0);
@@ -53,17 +66,25 @@ fn report(record: &Record, t1: f64) -> String {
         format!("{:.1}", (t1 - since) * 1e6)
     });
     let waits: Vec<String> = record.waits_us.iter().map(|w| format!("{w:.1}")).collect();
+    let role = role.map_or(String::new(), |r| format!(",\"role\":\"{r}\""));
     format!(
-        "{{\"waits_us\":[{}],\"pending_us\":{},\"held_s\":{:.6},\"errors\":{}}}",
+        "{{\"waits_us\":[{}],\"pending_us\":{},\"held_s\":{:.6},\"errors\":{}{}}}",
         waits.join(","),
         pending,
         held,
-        record.errors
+        record.errors,
+        role
     )
 }
 
 /// Runs one client against `port` (127.0.0.1) on `key`, holding each grant `hold`.
-pub fn run(port: u16, key: &str, ttl: Duration, hold: Duration) -> redis::RedisResult<()> {
+pub fn run(
+    port: u16,
+    key: &str,
+    ttl: Duration,
+    hold: Duration,
+    kind: Kind,
+) -> redis::RedisResult<()> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?;
     let mut con = client.get_connection()?;
     redis::cmd("PING").query::<String>(&mut con)?;
@@ -72,23 +93,31 @@ pub fn run(port: u16, key: &str, ttl: Duration, hold: Duration) -> redis::RedisR
 
     let mut line = String::new();
     io::stdin().lock().read_line(&mut line)?;
+    let first = line.split_whitespace().nth(3) == Some("first");
     let times: Vec<f64> = line
         .split_whitespace()
         .skip(1)
+        .take(2)
         .filter_map(|t| t.parse().ok())
         .collect();
     let [t0, t1] = times[..] else {
-        return Err(io::Error::other(format!("expected `go <t0> <t1>`, got {line:?}")).into());
+        return Err(
+            io::Error::other(format!("expected `go <t0> <t1> [first]`, got {line:?}")).into(),
+        );
     };
 
     let record = Arc::new(Mutex::new(Record::default()));
     let watchdog = Arc::clone(&record);
-    thread::spawn(move || {
-        sleep_until(t1);
-        let record = watchdog.lock().unwrap_or_else(|e| e.into_inner());
-        println!("{}", report(&record, t1));
+    let role = kind.role.clone();
+    let say = move |record: &Record| {
+        println!("{}", report(record, t1, role.as_deref()));
         let _ = io::stdout().flush();
         std::process::exit(0);
+    };
+    let say_at_t1 = say.clone();
+    thread::spawn(move || {
+        sleep_until(t1);
+        say_at_t1(&watchdog.lock().unwrap_or_else(|e| e.into_inner()));
     });
 
     sleep_until(t0);
@@ -102,7 +131,14 @@ pub fn run(port: u16, key: &str, ttl: Duration, hold: Duration) -> redis::RedisR
         update(&mut |r| {
             r.waiting_since.get_or_insert(asked);
         });
-        let lock = match con.acquire(key, ttl, Wait::Forever) {
+        let mut request = Request::new(key, ttl).wait(Wait::Forever);
+        if kind.shared {
+            request = request.shared();
+        }
+        if let Some(permits) = kind.limit {
+            request = request.limit(permits);
+        }
+        let lock = match con.acquire_with(request) {
             Ok(Some(lock)) => lock,
             Ok(None) => continue,
             Err(_) => {
@@ -119,6 +155,9 @@ pub fn run(port: u16, key: &str, ttl: Duration, hold: Duration) -> redis::RedisR
             }
             r.holding_since = Some(granted);
         });
+        if first {
+            say(&record.lock().unwrap_or_else(|e| e.into_inner()));
+        }
         if !hold.is_zero() {
             thread::sleep(hold);
         }
