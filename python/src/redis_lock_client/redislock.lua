@@ -138,7 +138,9 @@ local function printable(arg)
 end
 
 -- `owner ttl [SHARED | LIMIT n] [WAIT timeout]` (and `[LEASE ms]` for lock_wait),
--- in any order, each at most once. Returns the request.
+-- in any order, each at most once. Returns the request. There is no arity cap:
+-- the loop stops at the first repeated or unknown option (so at most five turns),
+-- with the module's error for it whatever the count of arguments.
 local function parse_request(args, first, lease_allowed)
     local request = {
         owner = parse_owner(args[first]),
@@ -295,11 +297,12 @@ local function load_queue(qkey)
 end
 
 -- One call's view of a lock: its keys, its state, and what the call changed.
-local function open(key)
+-- `lock` when the caller has already read it.
+local function open(key, lock)
     local state = {
         key = key,
         qkey = queue_key(key),
-        lock = load_lock(key),
+        lock = lock or load_lock(key),
         now = now_ms(),
     }
     state.queue = load_queue(state.qkey)
@@ -556,15 +559,29 @@ local function check_owner_len(owner)
     end
 end
 
--- Mode conflict before anything else (as the module's plan_acquire): a live
--- holding of the owner in the other mode is an error, and nothing changes.
+-- Mode conflict before anything is written (as the module's plan_acquire): a live
+-- holding of the owner in the other mode is an error, and nothing changes. So is a
+-- live queue place of the owner in the other mode: `settle` may grant that place in
+-- this very call, and the conflict would then come after the grant was written
+-- (SPEC "Errors": an error changes nothing). A waiter changes its mode by
+-- cancelling its place first.
 local function check_mode(state, request)
+    local mode = request.shared and 'shared' or 'exclusive'
     local h = holding_of(state, request.owner)
     if h and live(h.expires, state.now) then
-        local mode = request.shared and 'shared' or 'exclusive'
         if state.lock.mode ~= mode then
             fail('ERR mode conflict: owner holds this lock ' .. state.lock.mode
                 .. '; release it first (no upgrade or downgrade)')
+        end
+        return
+    end
+    for _, p in ipairs(state.queue.places) do
+        if p.owner == request.owner and live(p.lease_until, state.now) then
+            local queued = p.shared and 'shared' or 'exclusive'
+            if queued ~= mode then
+                fail('ERR mode conflict: owner waits for this lock ' .. queued
+                    .. '; cancel the wait first (no upgrade or downgrade)')
+            end
         end
     end
 end
@@ -577,25 +594,28 @@ end
 -- never goes ahead of a waiter with a live place. WAIT is checked and ignored: a
 -- function cannot block (lock_wait is the waiting form).
 local function lock_acquire(keys, args)
-    if #keys ~= 1 or #args < 2 or #args > 15 then
+    if #keys ~= 1 or #args < 2 then
         arity('lock_acquire')
     end
     local request = parse_request(args, 1, false)
-    -- The fast miss (the common case under contention): an exclusive holding of
-    -- another owner lives while its key does, so one read answers, without the
-    -- clock or the queue (which could not change the answer). A hash that is not a
-    -- lock has no mode and takes the full path to its WRONGTYPE.
-    local quick = redis.pcall('HMGET', keys[1], 'mode', 'h:' .. request.owner)
-    if quick.err then
-        fail(quick.err)
-    end
-    if not quick[2] then
+    -- The fast miss (the common case under contention): a live exclusive holding of
+    -- another owner answers without the queue (which could not change the answer).
+    -- Its stored expiry decides, not the key's: a PERSIST or a longer PEXPIRE by
+    -- hand keeps a lapsed holding in the hash until a call settles it. A hash that
+    -- is not a lock fails in load_lock with WRONGTYPE.
+    local lock = load_lock(keys[1])
+    if not holding_of({ lock = lock }, request.owner) then
         check_owner_len(request.owner)
-        if quick[1] == 'exclusive' then
-            return nil
+        if lock.mode == 'exclusive' then
+            local now = now_ms()
+            for _, h in ipairs(lock.holders) do
+                if live(h.expires, now) then
+                    return nil
+                end
+            end
         end
     end
-    local state = open(keys[1])
+    local state = open(keys[1], lock)
     check_mode(state, request)
     settle(state)
     local held = refresh(state, request)
@@ -658,8 +678,11 @@ local function lock_extend(keys, args)
     end
     local before = h.expires
     h.expires = math.min(state.now + ttl, EXACT)
-    write_holding(state, h)
+    -- The key's expiry first: Redis 6.2 refuses a script's HSET under OOM only as
+    -- its first write, and PEXPIREAT (as DEL, HDEL) it never refuses, so an extend
+    -- runs under OOM there too, as LOCK.EXTEND does (Redis 7 has `allow-oom`).
     store_lock(state)
+    write_holding(state, h)
     wake_head(state, before, h.expires)
     return 1
 end
@@ -735,7 +758,7 @@ end
 -- (LEASE, 2000 ms by default) now runs again, and should BLPOP `list` (its grant
 -- list) for at most `ms` before calling lock_wait again.
 local function lock_wait(keys, args)
-    if #keys ~= 1 or #args < 2 or #args > 15 then
+    if #keys ~= 1 or #args < 2 then
         arity('lock_wait')
     end
     local request = parse_request(args, 1, true)
@@ -824,14 +847,21 @@ local function entry(handler)
         if ok then
             return result
         end
-        -- Redis 6.2 hands back the error table; Redis 7 its text. Either way an
-        -- error that starts with an error code (ours, or a redis.call's such as OOM
-        -- or READONLY) is the reply; anything else is a bug, raised as it is.
+        -- Our `fail` raises a table. A redis.call that fails raises a table on
+        -- Redis 7, but text on Redis 6.2, which also puts the script's position
+        -- before the server's error and keeps its wire form: "@user_script: 354:
+        -- -OOM command not allowed ...\r\n". Either way an error that starts with
+        -- an error code (ours, or the server's: OOM, READONLY, ...) is the reply, with
+        -- that code; anything else is a bug, raised as it is.
         if type(result) == 'table' and result.err then
-            return result
+            result = result.err
         end
-        if type(result) == 'string' and string.find(result, '^[A-Z]+ ') then
-            return redis.error_reply(result)
+        if type(result) == 'string' then
+            local text = string.gsub(result, '^@[%w_]+: ?%d+: ', '')
+            text = string.gsub(string.gsub(text, '^%-', ''), '[\r\n]+$', '')
+            if string.find(text, '^[A-Z]+ ') then
+                return redis.error_reply(text)
+            end
         end
         error(result, 0)
     end
