@@ -220,8 +220,9 @@ local function live(expires, now)
 end
 
 -- The lock at `key`: { mode = 'exclusive' | 'shared' | nil, holders = { {owner,
--- token, expires}, ... } oldest first (by token: tokens grow in grant order) }.
-local function load_lock(key)
+-- token, expires, persistent}, ... } oldest first (by token: tokens grow in grant
+-- order) }.
+local function load_lock(key, now)
     local raw = redis.pcall('HGETALL', key)
     if raw.err then
         -- WRONGTYPE, or on a Cluster a key of another slot (a key with braces but no
@@ -250,6 +251,20 @@ local function load_lock(key)
     end
     if #raw > 0 and not lock.mode then
         fail(WRONGTYPE)
+    end
+    -- An exclusive lock's one holding lives as long as its key, as the module's
+    -- (README, "by hand"): PEXPIRE sets its TTL, PERSIST leaves it without one,
+    -- held until released or deleted. Shared holdings keep each their own lease:
+    -- a key TTL set by hand ends those that would outlive it (with the key), and
+    -- lengthens none.
+    if lock.mode == 'exclusive' and #lock.holders == 1 then
+        local h = lock.holders[1]
+        local pttl = redis.call('PTTL', key)
+        if pttl == -1 then
+            h.expires, h.persistent = EXACT, true
+        elseif pttl >= 0 then
+            h.expires = math.min(now + pttl, EXACT)
+        end
     end
     table.sort(lock.holders, function(a, b)
         return a.token < b.token
@@ -297,14 +312,13 @@ local function load_queue(qkey)
 end
 
 -- One call's view of a lock: its keys, its state, and what the call changed.
--- `lock` when the caller has already read it.
-local function open(key, lock)
+local function open(key)
     local state = {
         key = key,
         qkey = queue_key(key),
-        lock = lock or load_lock(key),
         now = now_ms(),
     }
+    state.lock = load_lock(key, state.now)
     state.queue = load_queue(state.qkey)
     return state
 end
@@ -598,24 +612,21 @@ local function lock_acquire(keys, args)
         arity('lock_acquire')
     end
     local request = parse_request(args, 1, false)
-    -- The fast miss (the common case under contention): a live exclusive holding of
-    -- another owner answers without the queue (which could not change the answer).
-    -- Its stored expiry decides, not the key's: a PERSIST or a longer PEXPIRE by
-    -- hand keeps a lapsed holding in the hash until a call settles it. A hash that
-    -- is not a lock fails in load_lock with WRONGTYPE.
-    local lock = load_lock(keys[1])
-    if not holding_of({ lock = lock }, request.owner) then
+    -- The fast miss (the common case under contention): an exclusive holding of
+    -- another owner lives while its key does (load_lock), so one read answers,
+    -- without the clock or the queue (which could not change the answer). A hash
+    -- that is not a lock has no mode and takes the full path to its WRONGTYPE.
+    local quick = redis.pcall('HMGET', keys[1], 'mode', 'h:' .. request.owner)
+    if quick.err then
+        fail(quick.err)
+    end
+    if not quick[2] then
         check_owner_len(request.owner)
-        if lock.mode == 'exclusive' then
-            local now = now_ms()
-            for _, h in ipairs(lock.holders) do
-                if live(h.expires, now) then
-                    return nil
-                end
-            end
+        if quick[1] == 'exclusive' then
+            return nil
         end
     end
-    local state = open(keys[1], lock)
+    local state = open(keys[1])
     check_mode(state, request)
     settle(state)
     local held = refresh(state, request)
@@ -688,7 +699,9 @@ local function lock_extend(keys, args)
 end
 
 local function holder_map(h, now)
-    return { map = { owner = h.owner, ttl = math.max(h.expires - now, 0), token = h.token } }
+    -- A lock without TTL (PERSIST by hand) shows -1, as PTTL and LOCK.INFO do.
+    local ttl = h.persistent and -1 or math.max(h.expires - now, 0)
+    return { map = { owner = h.owner, ttl = ttl, token = h.token } }
 end
 
 -- FCALL_RO lock_info 1 key (no-writes: runs on replicas)
@@ -699,9 +712,9 @@ local function lock_info(keys, args)
         arity('lock_info')
     end
     local key = keys[1]
-    local lock = load_lock(key)
-    local queue = load_queue(queue_key(key))
     local now = now_ms()
+    local lock = load_lock(key, now)
+    local queue = load_queue(queue_key(key))
     local holders = {}
     for _, h in ipairs(lock.holders) do
         if live(h.expires, now) then

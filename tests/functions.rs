@@ -476,29 +476,47 @@ fn a_mode_conflict_with_a_queue_place_about_to_be_granted_changes_nothing() {
 }
 
 #[test]
-fn a_holding_outlives_no_persist_or_longer_pexpire_of_its_key() {
-    // SPEC "Holdings": each holding has its own lease; PERSIST or a longer PEXPIRE
-    // of the key lengthens none.
-    let (_server, mut con) = library_server(Config::default());
-    let functions = Backend::Functions;
-    for (by_hand, mode) in [
-        (vec!["PERSIST", "k"], vec![]),
-        (vec!["PEXPIRE", "k", "60000"], vec![]),
-        (vec!["PERSIST", "k"], vec!["SHARED"]),
+fn a_key_ttl_set_by_hand_acts_on_holdings_as_in_the_module() {
+    // README "by hand": an exclusive lock lives as long as its key (PERSIST leaves
+    // it held without TTL, a longer PEXPIRE lengthens it); shared holdings keep each
+    // their own lease, which a PERSIST or a longer PEXPIRE lengthens none of.
+    let module = Server::start();
+    let mut module_con = module.connection();
+    let (_lib, mut lib_con) = library_server(Config::default());
+    for (backend, con) in [
+        (Backend::Module, &mut module_con),
+        (Backend::Functions, &mut lib_con),
     ] {
-        let _: () = query(&mut con, &["FLUSHALL"]).unwrap();
-        let first = functions
-            .acquire(&mut con, "k", "o1", 300, &mode)
-            .unwrap()
-            .unwrap();
-        let _: i64 = query(&mut con, &by_hand).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(500));
-        assert!(functions.info(&mut con, "k").is_none(), "{by_hand:?}");
-        // The first call after the lapse is the acquire: nothing settled it before.
-        let second = functions.acquire(&mut con, "k", "o2", 300, &[]).unwrap();
-        assert!(second.is_some_and(|t| t > first), "{by_hand:?} {mode:?}");
-        assert_eq!(functions.extend(&mut con, "k", "o1", 1000), 0);
-        let info = functions.info(&mut con, "k").unwrap();
-        assert_eq!(info.owner, b"o2", "{by_hand:?}");
+        for (by_hand, shared) in [
+            (vec!["PERSIST", "k"], false),
+            (vec!["PEXPIRE", "k", "60000"], false),
+            (vec!["PERSIST", "k"], true),
+            (vec!["PEXPIRE", "k", "60000"], true),
+        ] {
+            let shown = format!("{backend:?} {by_hand:?} shared={shared}");
+            let _: () = query(con, &["FLUSHALL"]).unwrap();
+            let mode: &[&str] = if shared { &["SHARED"] } else { &[] };
+            let first = backend.acquire(con, "k", "o1", 300, mode).unwrap().unwrap();
+            let _: i64 = query(con, &by_hand).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            let info = backend.info(con, "k");
+            // The first call after the lapse is this acquire: nothing settled before.
+            let second = backend.acquire(con, "k", "o2", 300, &[]).unwrap();
+            if shared {
+                assert!(info.is_none(), "{shown}: {info:?}");
+                assert!(second.is_some_and(|t| t > first), "{shown}");
+                assert_eq!(backend.extend(con, "k", "o1", 1000), 0, "{shown}");
+            } else {
+                let info = info.unwrap_or_else(|| panic!("{shown}: free"));
+                assert_eq!((info.owner.as_slice(), info.token), (&b"o1"[..], first));
+                if by_hand[0] == "PERSIST" {
+                    assert_eq!(info.ttl, -1, "{shown}");
+                } else {
+                    assert!(info.ttl > 50_000, "{shown}: {}", info.ttl);
+                }
+                assert_eq!(second, None, "{shown}");
+                assert_eq!(backend.release(con, "k", "o1"), 1, "{shown}");
+            }
+        }
     }
 }
