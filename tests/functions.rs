@@ -47,6 +47,9 @@ fn bad_calls_get_the_module_errors_and_change_nothing() {
     let ((_m, mut module), (_l, mut lib)) = both();
     let long = "x".repeat(257);
     let nasty = "\x00\r\n-ERR\u{7f}";
+    // A repeated option gets its own error whatever the count of arguments.
+    let mut many_shared = vec!["o", "100"];
+    many_shared.extend(["SHARED"; 14]);
     let cases: Vec<(&str, &str, Vec<&str>)> = vec![
         ("lock_acquire", "k", vec!["", "100"]),
         ("lock_extend", "k", vec!["", "100"]),
@@ -107,6 +110,7 @@ fn bad_calls_get_the_module_errors_and_change_nothing() {
             vec!["o", "100", "WAIT", "1", "FOO", "2"],
         ),
         ("lock_acquire", "k", vec!["o", "100", "SHARED", "shared"]),
+        ("lock_acquire", "k", many_shared),
         (
             "lock_acquire",
             "k",
@@ -422,5 +426,97 @@ fn the_longest_ttl_is_taken_and_ends_where_doubles_stay_exact() {
         assert!(info.ttl > (1 << 53) - 2_000_000_000_000, "{info:?}");
         assert_eq!(lib.extend(&mut con, key, "a", 4_611_686_018_427_387_903), 1);
         assert_eq!(lib.release(&mut con, key, "a"), 1);
+    }
+}
+
+/// The reply of `FCALL lock_wait 1 key owner ttl mode…`.
+fn lock_wait(con: &mut Connection, key: &str, owner: &str, mode: &[&str]) -> Value {
+    let mut args = vec![owner, "10000"];
+    args.extend_from_slice(mode);
+    Backend::Functions
+        .call(con, "lock_wait", key, &args)
+        .unwrap()
+}
+
+#[test]
+fn a_mode_conflict_with_a_queue_place_about_to_be_granted_changes_nothing() {
+    let (_server, mut con) = library_server(Config::default());
+    let functions = Backend::Functions;
+    for (function, mode) in [("lock_acquire", ["SHARED"]), ("lock_wait", ["SHARED"])] {
+        let _: () = query(&mut con, &["FLUSHALL"]).unwrap();
+        assert!(functions
+            .acquire(&mut con, "k", "A", 300, &[])
+            .unwrap()
+            .is_some());
+        let queued = lock_wait(&mut con, "k", "W", &[]);
+        assert!(
+            matches!(&queued, Value::Array(reply) if reply.first() == Some(&Value::Int(0))),
+            "{queued:?}"
+        );
+        // A lapses; W's place (exclusive) is now the next to be granted.
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        let before = digest(&mut con);
+        let mut args = vec!["W", "10000"];
+        args.extend_from_slice(&mode);
+        let reply = functions.call(&mut con, function, "k", &args);
+        let text = error_text(&reply).unwrap_or_default();
+        assert!(
+            text.starts_with("ERR mode conflict"),
+            "{function}: {reply:?}"
+        );
+        assert_eq!(digest(&mut con), before, "{function} changed the dataset");
+        assert!(functions.info(&mut con, "k").is_none(), "{function}");
+        // In its own mode, W's place is granted.
+        let granted = lock_wait(&mut con, "k", "W", &[]);
+        assert!(
+            matches!(&granted, Value::Array(reply) if matches!(reply.first(), Some(Value::Int(t)) if *t > 0)),
+            "{granted:?}"
+        );
+    }
+}
+
+#[test]
+fn a_key_ttl_set_by_hand_acts_on_holdings_as_in_the_module() {
+    // README "by hand": an exclusive lock lives as long as its key (PERSIST leaves
+    // it held without TTL, a longer PEXPIRE lengthens it); shared holdings keep each
+    // their own lease, which a PERSIST or a longer PEXPIRE lengthens none of.
+    let module = Server::start();
+    let mut module_con = module.connection();
+    let (_lib, mut lib_con) = library_server(Config::default());
+    for (backend, con) in [
+        (Backend::Module, &mut module_con),
+        (Backend::Functions, &mut lib_con),
+    ] {
+        for (by_hand, shared) in [
+            (vec!["PERSIST", "k"], false),
+            (vec!["PEXPIRE", "k", "60000"], false),
+            (vec!["PERSIST", "k"], true),
+            (vec!["PEXPIRE", "k", "60000"], true),
+        ] {
+            let shown = format!("{backend:?} {by_hand:?} shared={shared}");
+            let _: () = query(con, &["FLUSHALL"]).unwrap();
+            let mode: &[&str] = if shared { &["SHARED"] } else { &[] };
+            let first = backend.acquire(con, "k", "o1", 300, mode).unwrap().unwrap();
+            let _: i64 = query(con, &by_hand).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            let info = backend.info(con, "k");
+            // The first call after the lapse is this acquire: nothing settled before.
+            let second = backend.acquire(con, "k", "o2", 300, &[]).unwrap();
+            if shared {
+                assert!(info.is_none(), "{shown}: {info:?}");
+                assert!(second.is_some_and(|t| t > first), "{shown}");
+                assert_eq!(backend.extend(con, "k", "o1", 1000), 0, "{shown}");
+            } else {
+                let info = info.unwrap_or_else(|| panic!("{shown}: free"));
+                assert_eq!((info.owner.as_slice(), info.token), (&b"o1"[..], first));
+                if by_hand[0] == "PERSIST" {
+                    assert_eq!(info.ttl, -1, "{shown}");
+                } else {
+                    assert!(info.ttl > 50_000, "{shown}: {}", info.ttl);
+                }
+                assert_eq!(second, None, "{shown}");
+                assert_eq!(backend.release(con, "k", "o1"), 1, "{shown}");
+            }
+        }
     }
 }

@@ -340,6 +340,22 @@ fn scripts_contract(binary: Option<String>) {
         .query(&mut con)
         .unwrap();
     assert_eq!(version, Value::Int(1));
+    // Under OOM an acquire gets the server's OOM error, with its code; extend and
+    // release still run (as LOCK.EXTEND and LOCK.RELEASE do).
+    let _: () = query(&mut con, &["CONFIG", "SET", "maxmemory", "1"]).unwrap();
+    let refused = scripts
+        .acquire(&mut con, "k2", "a", 60_000, &[])
+        .unwrap_err();
+    assert_eq!(refused.code(), Some("OOM"), "{refused:?}");
+    assert!(
+        refused
+            .detail()
+            .is_some_and(|d| !d.contains("script") && !d.ends_with('\n')),
+        "{refused:?}"
+    );
+    assert_eq!(scripts.extend(&mut con, "k", "b", 60_000), 1);
+    assert_eq!(scripts.release(&mut con, "k", "b"), 1);
+    let _: () = query(&mut con, &["CONFIG", "SET", "maxmemory", "0"]).unwrap();
     // A replica built from the effects holds the same.
     let replica = Server::with(Config {
         binary,
@@ -348,5 +364,12 @@ fn scripts_contract(binary: Option<String>) {
     });
     replica.replicate_from(&server);
     let _: i64 = query(&mut con, &["WAIT", "1", "5000"]).unwrap();
-    assert_eq!(dataset(&mut replica.connection()), dataset(&mut con));
+    let mut replica_con = replica.connection();
+    assert_eq!(dataset(&mut replica_con), dataset(&mut con));
+    // A write on the replica gets READONLY, with its code.
+    let replica_scripts = Backend::scripts(&mut replica_con);
+    let refused = replica_scripts
+        .acquire(&mut replica_con, "k3", "a", 60_000, &[])
+        .unwrap_err();
+    assert_eq!(refused.code(), Some("READONLY"), "{refused:?}");
 }

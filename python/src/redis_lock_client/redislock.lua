@@ -138,7 +138,9 @@ local function printable(arg)
 end
 
 -- `owner ttl [SHARED | LIMIT n] [WAIT timeout]` (and `[LEASE ms]` for lock_wait),
--- in any order, each at most once. Returns the request.
+-- in any order, each at most once. Returns the request. There is no arity cap:
+-- the loop stops at the first repeated or unknown option (so at most five turns),
+-- with the module's error for it whatever the count of arguments.
 local function parse_request(args, first, lease_allowed)
     local request = {
         owner = parse_owner(args[first]),
@@ -218,8 +220,9 @@ local function live(expires, now)
 end
 
 -- The lock at `key`: { mode = 'exclusive' | 'shared' | nil, holders = { {owner,
--- token, expires}, ... } oldest first (by token: tokens grow in grant order) }.
-local function load_lock(key)
+-- token, expires, persistent}, ... } oldest first (by token: tokens grow in grant
+-- order) }.
+local function load_lock(key, now)
     local raw = redis.pcall('HGETALL', key)
     if raw.err then
         -- WRONGTYPE, or on a Cluster a key of another slot (a key with braces but no
@@ -248,6 +251,20 @@ local function load_lock(key)
     end
     if #raw > 0 and not lock.mode then
         fail(WRONGTYPE)
+    end
+    -- An exclusive lock's one holding lives as long as its key, as the module's
+    -- (README, "by hand"): PEXPIRE sets its TTL, PERSIST leaves it without one,
+    -- held until released or deleted. Shared holdings keep each their own lease:
+    -- a key TTL set by hand ends those that would outlive it (with the key), and
+    -- lengthens none.
+    if lock.mode == 'exclusive' and #lock.holders == 1 then
+        local h = lock.holders[1]
+        local pttl = redis.call('PTTL', key)
+        if pttl == -1 then
+            h.expires, h.persistent = EXACT, true
+        elseif pttl >= 0 then
+            h.expires = math.min(now + pttl, EXACT)
+        end
     end
     table.sort(lock.holders, function(a, b)
         return a.token < b.token
@@ -299,9 +316,9 @@ local function open(key)
     local state = {
         key = key,
         qkey = queue_key(key),
-        lock = load_lock(key),
         now = now_ms(),
     }
+    state.lock = load_lock(key, state.now)
     state.queue = load_queue(state.qkey)
     return state
 end
@@ -556,15 +573,29 @@ local function check_owner_len(owner)
     end
 end
 
--- Mode conflict before anything else (as the module's plan_acquire): a live
--- holding of the owner in the other mode is an error, and nothing changes.
+-- Mode conflict before anything is written (as the module's plan_acquire): a live
+-- holding of the owner in the other mode is an error, and nothing changes. So is a
+-- live queue place of the owner in the other mode: `settle` may grant that place in
+-- this very call, and the conflict would then come after the grant was written
+-- (SPEC "Errors": an error changes nothing). A waiter changes its mode by
+-- cancelling its place first.
 local function check_mode(state, request)
+    local mode = request.shared and 'shared' or 'exclusive'
     local h = holding_of(state, request.owner)
     if h and live(h.expires, state.now) then
-        local mode = request.shared and 'shared' or 'exclusive'
         if state.lock.mode ~= mode then
             fail('ERR mode conflict: owner holds this lock ' .. state.lock.mode
                 .. '; release it first (no upgrade or downgrade)')
+        end
+        return
+    end
+    for _, p in ipairs(state.queue.places) do
+        if p.owner == request.owner and live(p.lease_until, state.now) then
+            local queued = p.shared and 'shared' or 'exclusive'
+            if queued ~= mode then
+                fail('ERR mode conflict: owner waits for this lock ' .. queued
+                    .. '; cancel the wait first (no upgrade or downgrade)')
+            end
         end
     end
 end
@@ -577,14 +608,14 @@ end
 -- never goes ahead of a waiter with a live place. WAIT is checked and ignored: a
 -- function cannot block (lock_wait is the waiting form).
 local function lock_acquire(keys, args)
-    if #keys ~= 1 or #args < 2 or #args > 15 then
+    if #keys ~= 1 or #args < 2 then
         arity('lock_acquire')
     end
     local request = parse_request(args, 1, false)
     -- The fast miss (the common case under contention): an exclusive holding of
-    -- another owner lives while its key does, so one read answers, without the
-    -- clock or the queue (which could not change the answer). A hash that is not a
-    -- lock has no mode and takes the full path to its WRONGTYPE.
+    -- another owner lives while its key does (load_lock), so one read answers,
+    -- without the clock or the queue (which could not change the answer). A hash
+    -- that is not a lock has no mode and takes the full path to its WRONGTYPE.
     local quick = redis.pcall('HMGET', keys[1], 'mode', 'h:' .. request.owner)
     if quick.err then
         fail(quick.err)
@@ -658,14 +689,19 @@ local function lock_extend(keys, args)
     end
     local before = h.expires
     h.expires = math.min(state.now + ttl, EXACT)
-    write_holding(state, h)
+    -- The key's expiry first: Redis 6.2 refuses a script's HSET under OOM only as
+    -- its first write, and PEXPIREAT (as DEL, HDEL) it never refuses, so an extend
+    -- runs under OOM there too, as LOCK.EXTEND does (Redis 7 has `allow-oom`).
     store_lock(state)
+    write_holding(state, h)
     wake_head(state, before, h.expires)
     return 1
 end
 
 local function holder_map(h, now)
-    return { map = { owner = h.owner, ttl = math.max(h.expires - now, 0), token = h.token } }
+    -- A lock without TTL (PERSIST by hand) shows -1, as PTTL and LOCK.INFO do.
+    local ttl = h.persistent and -1 or math.max(h.expires - now, 0)
+    return { map = { owner = h.owner, ttl = ttl, token = h.token } }
 end
 
 -- FCALL_RO lock_info 1 key (no-writes: runs on replicas)
@@ -676,9 +712,9 @@ local function lock_info(keys, args)
         arity('lock_info')
     end
     local key = keys[1]
-    local lock = load_lock(key)
-    local queue = load_queue(queue_key(key))
     local now = now_ms()
+    local lock = load_lock(key, now)
+    local queue = load_queue(queue_key(key))
     local holders = {}
     for _, h in ipairs(lock.holders) do
         if live(h.expires, now) then
@@ -735,7 +771,7 @@ end
 -- (LEASE, 2000 ms by default) now runs again, and should BLPOP `list` (its grant
 -- list) for at most `ms` before calling lock_wait again.
 local function lock_wait(keys, args)
-    if #keys ~= 1 or #args < 2 or #args > 15 then
+    if #keys ~= 1 or #args < 2 then
         arity('lock_wait')
     end
     local request = parse_request(args, 1, true)
@@ -824,14 +860,21 @@ local function entry(handler)
         if ok then
             return result
         end
-        -- Redis 6.2 hands back the error table; Redis 7 its text. Either way an
-        -- error that starts with an error code (ours, or a redis.call's such as OOM
-        -- or READONLY) is the reply; anything else is a bug, raised as it is.
+        -- Our `fail` raises a table. A redis.call that fails raises a table on
+        -- Redis 7, but text on Redis 6.2, which also puts the script's position
+        -- before the server's error and keeps its wire form: "@user_script: 354:
+        -- -OOM command not allowed ...\r\n". Either way an error that starts with
+        -- an error code (ours, or the server's: OOM, READONLY, ...) is the reply, with
+        -- that code; anything else is a bug, raised as it is.
         if type(result) == 'table' and result.err then
-            return result
+            result = result.err
         end
-        if type(result) == 'string' and string.find(result, '^[A-Z]+ ') then
-            return redis.error_reply(result)
+        if type(result) == 'string' then
+            local text = string.gsub(result, '^@[%w_]+: ?%d+: ', '')
+            text = string.gsub(string.gsub(text, '^%-', ''), '[\r\n]+$', '')
+            if string.find(text, '^[A-Z]+ ') then
+                return redis.error_reply(text)
+            end
         end
         error(result, 0)
     end
