@@ -227,6 +227,17 @@ pub fn summary(options: &Options, seed: u64, runs: &[ModeRun], took: Duration) -
         "- date: {}",
         shell("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
     );
+    let commit = shell("git", &["rev-parse", "--short", "HEAD"]);
+    let dirty = !shell("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty();
+    let _ = writeln!(
+        md,
+        "- measured: the module built from commit {commit}{}",
+        if dirty {
+            " with uncommitted changes"
+        } else {
+            ""
+        }
+    );
     let _ = writeln!(md, "- machine: {}", machine());
     let _ = writeln!(
         md,
