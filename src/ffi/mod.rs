@@ -409,12 +409,7 @@ impl<'a> Ctx<'a> {
             // A shared grant and a lapse, many per hand-off or settle: each argument
             // copied by Redis from a buffer costs less than a string made here first.
             [a, b, c, d] => {
-                let mut ints = [
-                    itoa::Buffer::new(),
-                    itoa::Buffer::new(),
-                    itoa::Buffer::new(),
-                    itoa::Buffer::new(),
-                ];
+                let mut ints = [(); 4].map(|_| itoa::Buffer::new());
                 let [a, b, c, d] = bytes_of([&a, &b, &c, &d], &mut ints);
                 replicate!(
                     c"bbbb",
