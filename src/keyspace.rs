@@ -1,6 +1,7 @@
 //! What the lock type means in the keyspace: its name and encoding, how a value read
 //! back from RDB, RESTORE or MIGRATE is checked, and the module-wide token
-//! high-water mark saved beside the keys. The C callbacks are in `ffi::datatype`.
+//! high-water mark saved beside the keys. The C callbacks are in `ffi::datatype`;
+//! `entry` ties the two together.
 //!
 //! Encoding version 2 (shared holdings): the mode (0 exclusive, 1 shared) and the
 //! number of holdings as unsigned integers, then for each holding its owner, token
@@ -8,13 +9,11 @@
 //! Version 1, a single exclusive holding as owner and token, still loads.
 
 use std::collections::HashSet;
-use std::ffi::CStr;
 
 use crate::fault;
 use crate::ffi::datatype::{AofRewrite, Digest, ModuleIo};
-use crate::ffi::RString;
-use crate::removals;
-use crate::state::MINT;
+use crate::propagate::APPLY_COMMAND;
+use crate::state::MODULE;
 use redis_lock_core::args::MAX_DURATION_MS;
 use redis_lock_core::holdings::{SharedHolding, SharedHoldings};
 use redis_lock_core::owner::Owner;
@@ -26,8 +25,6 @@ pub const TYPE_NAME: &str = "redislock";
 pub const ENCODING_VERSION: i32 = 2;
 /// The first layout: one exclusive holding, owner and token.
 pub const ENCODING_V1: i32 = 1;
-/// The command that re-creates a lock from its effect (replication, AOF).
-pub const APPLY_COMMAND: &CStr = c"LOCK.APPLY";
 
 /// The mode as encoded.
 pub fn mode_code(mode: Mode) -> u64 {
@@ -80,7 +77,7 @@ fn loaded(mode: u64, holdings: Vec<LoadedHolding>, now_ms: i64) -> Option<Lock> 
         _ => return None,
     };
     for holder in lock.holders(None) {
-        MINT.observe(holder.token);
+        MODULE.mint.observe(holder.token);
     }
     Some(lock)
 }
@@ -177,7 +174,7 @@ pub fn memory(lock: &Lock) -> usize {
 
 /// Saved in every RDB before the keys: the highest token minted or seen.
 pub fn aux_value() -> i64 {
-    MINT.high_water()
+    MODULE.mint.high_water()
 }
 
 /// Reads the aux data saved by [`aux_value`]; false for an unknown encoding.
@@ -187,15 +184,9 @@ pub fn aux_load(io: &ModuleIo, encver: i32) -> bool {
     }
     match io.load_signed() {
         Some(high_water) => {
-            MINT.observe(high_water);
+            MODULE.mint.observe(high_water);
             true
         }
         None => false,
     }
-}
-
-/// Redis is removing the lock at `key` in database `db` from the keyspace.
-pub fn unlinked(db: i32, key: &RString, lock: Option<&Lock>) {
-    let shared = lock.is_some_and(|lock| lock.mode() == Mode::Shared && !lock.is_empty());
-    removals::lock_unlinked(db, key, shared);
 }

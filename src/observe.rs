@@ -5,15 +5,16 @@
 
 use std::ffi::CStr;
 
-use crate::state::{MINT, STATS};
+use crate::state::MODULE;
 
 /// `(field name, value)` pairs of the INFO section; Redis prefixes them with `lock_`.
 pub fn info_fields() -> impl Iterator<Item = (&'static CStr, i64)> {
-    STATS
+    MODULE
+        .stats
         .fields()
         .into_iter()
         .map(|(name, value)| (name, i64::try_from(value).unwrap_or(i64::MAX)))
-        .chain(std::iter::once((c"last_token", MINT.high_water())))
+        .chain(std::iter::once((c"last_token", MODULE.mint.high_water())))
 }
 
 /// The warning to log when `maxmemory-policy` is `policy`, if that policy can evict

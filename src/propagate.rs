@@ -13,9 +13,13 @@
 //! held lock, `del` (class `g`) for a release. Redis itself sends `expired`, `evicted`
 //! and `del` when a lock leaves in its other ways.
 
+use std::ffi::CStr;
+
 use crate::ffi::{Arg, Ctx, EventClass};
-use crate::keyspace::APPLY_COMMAND;
 use redis_lock_core::Mode;
+
+/// The command that re-creates a lock from its effect (replication, AOF).
+pub const APPLY_COMMAND: &CStr = c"LOCK.APPLY";
 
 /// The event of a grant, on the master and wherever LOCK.APPLY runs.
 const GRANT_EVENT: &std::ffi::CStr = c"lock.acquire";

@@ -1,16 +1,21 @@
 //! `LOCK.ACQUIRE key owner ttl [SHARED | LIMIT n] [WAIT timeout]`
 
-use super::args::{parse_acquire, Wait};
-use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
-use crate::blocking;
+use super::common::{key_and_rest, lock_in, MAX_ARGS};
+use crate::ffi::command::{KeyAccess, Spec};
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Argv, Ctx};
 use crate::propagate;
-use crate::state::{limits, MINT, STATS};
+use crate::reply::Reply;
+use crate::state::MODULE;
+use crate::waiting::handoff::hand_off;
+use crate::waiting::queue::{enqueue, Request};
+use crate::waiting::settle::{expiry_changed, next_lapse, settle, Deadlines, NewExpiry};
+use crate::waiting::timers::watch_lapse;
+use redis_lock_core::args::{parse_acquire, Wait};
 use redis_lock_core::rules::{Acquire, AcquirePlan};
 use redis_lock_core::store;
 
-pub const COMMAND: Command = Command {
+pub const SPEC: Spec = Spec {
     name: c"lock.acquire",
     // Not `fast`: with WAIT it may block, as BLPOP does.
     flags: c"write deny-oom blocking",
@@ -18,42 +23,48 @@ pub const COMMAND: Command = Command {
     acl_categories: c"write blocking",
     key_access: KeyAccess::ReadWrite,
     summary: c"Takes a holding of the lock at key for owner with a TTL (exclusive, SHARED, or one of LIMIT n) and replies with its fencing token; null while it cannot be granted, or with WAIT, queues until it can.",
-    handler: acquire,
 };
 
-fn acquire(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
+pub fn acquire(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     let mut buf = [&[][..]; MAX_ARGS];
     let (key, rest) = key_and_rest(args, 4, &mut buf)?;
-    let limits = limits();
+    let limits = MODULE.limits();
     let request = parse_acquire(rest, &limits)?;
     crate::fault::check_command(request.owner);
     let key_bytes = key.as_bytes();
     let db = ctx.selected_db();
     // Whatever freed the lock since, its waiters get it before anyone looks.
-    blocking::hand_off(ctx, db, key_bytes);
+    hand_off(ctx, db, key_bytes);
 
     let mut open = OpenKey::write(ctx, key);
     lock_in(&open)?;
-    blocking::settle(ctx, &mut open, Arg::Str(key));
-    let queued = blocking::waiters(db, key_bytes) > 0;
+    settle(ctx, &mut open, Arg::Str(key));
+    let queued = MODULE.waiters(db, key_bytes) > 0;
     let rule = Acquire {
         owner: request.owner,
         ttl: request.ttl,
         kind: request.kind,
     };
     let now = || ctx.now_ms();
-    let plan = store::acquire(&mut open, rule, queued, now, &MINT, limits.max_owner_len)?;
+    let plan = store::acquire(
+        &mut open,
+        rule,
+        queued,
+        now,
+        &MODULE.mint,
+        limits.max_owner_len,
+    )?;
     let mode = request.kind.mode();
     match plan {
         AcquirePlan::Grant {
             token, expires_at, ..
         } => {
-            let next_lapse = blocking::next_lapse(&open);
+            let lapse = next_lapse(&open);
             drop(open);
             let owner = args.string(2).map_or(Arg::Bytes(request.owner), Arg::Str);
             propagate::grant(ctx, Arg::Str(key), owner, token, expires_at, mode);
-            STATS.acquisitions.incr();
-            blocking::watch_lapse(ctx, db, key_bytes, next_lapse);
+            MODULE.stats.acquisitions.incr();
+            watch_lapse(ctx, db, key_bytes, lapse);
             Ok(Reply::Integer(token))
         }
         AcquirePlan::Refresh {
@@ -62,33 +73,33 @@ fn acquire(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
             key_expires_at,
         } => {
             let owner = args.string(2).map_or(Arg::Bytes(request.owner), Arg::Str);
-            let moved = blocking::Moved {
+            let moved = NewExpiry {
                 mode,
                 expires_at,
                 key_expires_at,
             };
-            blocking::holding_moved(ctx, open, key, owner, token, moved);
-            STATS.refreshes.incr();
+            expiry_changed(ctx, open, key, owner, token, moved);
+            MODULE.stats.refreshes.incr();
             Ok(Reply::Integer(token))
         }
         AcquirePlan::Busy => {
-            STATS.contended.incr();
+            MODULE.stats.contended.incr();
             match request.wait {
                 // MULTI, scripts and replicated streams cannot block: as without WAIT.
-                Some(wait) if !ctx.where_().cannot_block => {
+                Some(wait) if !ctx.call_site().cannot_block => {
                     let timeout_ms = match wait {
                         Wait::Forever => None,
                         Wait::Millis(ms) => Some(ms),
                     };
-                    let deadlines = blocking::Deadlines::of(&open);
+                    let deadlines = Deadlines::of(&open);
                     drop(open);
-                    let waiting = blocking::Request {
+                    let waiting = Request {
                         owner: request.owner,
                         ttl: request.ttl,
                         kind: request.kind,
                         timeout_ms,
                     };
-                    Ok(blocking::enqueue(ctx, key_bytes, waiting, deadlines))
+                    Ok(enqueue(ctx, key_bytes, waiting, deadlines))
                 }
                 _ => Ok(Reply::Null),
             }

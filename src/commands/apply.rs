@@ -12,18 +12,20 @@
 //! token mark to its end. Redis 7.0 puts module commands in no ACL category, so
 //! `-@admin` alone would not stop it there.
 
-use super::args::parse_apply;
-use super::{key_and_rest, Command, KeyAccess, Reply, MAX_ARGS};
+use super::common::{key_and_rest, MAX_ARGS};
+use crate::ffi::command::{KeyAccess, Spec};
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Argv, Ctx};
 use crate::propagate::{self, Applied};
-use crate::state::MINT;
+use crate::reply::Reply;
+use crate::state::MODULE;
+use redis_lock_core::args::parse_apply;
 use redis_lock_core::holdings::SharedHolding;
 use redis_lock_core::owner::Owner;
 use redis_lock_core::store::{self, Store, StoreError};
 use redis_lock_core::{Lock, Mode};
 
-pub const COMMAND: Command = Command {
+pub const SPEC: Spec = Spec {
     name: c"lock.apply",
     // `admin`: it sets any owner and token, as RESTORE sets any value.
     flags: c"write deny-oom admin",
@@ -31,23 +33,22 @@ pub const COMMAND: Command = Command {
     acl_categories: c"write admin dangerous",
     key_access: KeyAccess::Overwrite,
     summary: c"Stores a holding with the given owner, token and absolute expiry (replication and AOF only).",
-    handler: apply,
 };
 
 /// What a client that calls LOCK.APPLY gets.
 pub const REFUSED: &str =
     "ERR LOCK.APPLY is internal: only a master's replication stream and AOF loading may run it; use LOCK.ACQUIRE";
 
-fn apply(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
-    if !ctx.where_().replaying {
+pub fn apply(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
+    if !ctx.call_site().replaying {
         return Err(Reply::error(REFUSED));
     }
     let mut buf = [&[][..]; MAX_ARGS];
     let (key, rest) = key_and_rest(args, 4, &mut buf)?;
     let request = parse_apply(rest)?;
-    MINT.observe(request.token);
+    MODULE.mint.observe(request.token);
     if let Some(mark) = request.mark {
-        MINT.observe(mark);
+        MODULE.mint.observe(mark);
     }
     let mut open = OpenKey::write(ctx, key);
     let what = match (request.lapsed, request.shared, request.expires_at) {

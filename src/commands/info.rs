@@ -1,21 +1,22 @@
 //! `LOCK.INFO key`
 
-use super::{key_and_rest, lock_in, Command, HolderInfo, KeyAccess, LockInfo, Reply, MAX_ARGS};
-use crate::blocking;
+use super::common::{key_and_rest, lock_in, MAX_ARGS};
+use crate::ffi::command::{KeyAccess, Spec};
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Argv, Ctx};
+use crate::reply::{HolderInfo, LockInfo, Reply};
+use crate::state::MODULE;
 
-pub const COMMAND: Command = Command {
+pub const SPEC: Spec = Spec {
     name: c"lock.info",
     flags: c"readonly fast",
     arity: 2,
     acl_categories: c"read fast",
     key_access: KeyAccess::Read,
     summary: c"Describes the lock at key (mode, holders with owner, ttl and token, waiters), or null when it is free.",
-    handler: info,
 };
 
-fn info(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
+pub fn info(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     let mut buf = [&[][..]; MAX_ARGS];
     let key = match key_and_rest(args, 2, &mut buf)? {
         (key, []) => key,
@@ -42,6 +43,6 @@ fn info(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     Ok(Reply::Info(Box::new(LockInfo {
         mode: lock.mode(),
         holders,
-        waiters: blocking::waiters(ctx.selected_db(), key.as_bytes()) as i64,
+        waiters: MODULE.waiters(ctx.selected_db(), key.as_bytes()) as i64,
     })))
 }

@@ -1,16 +1,19 @@
 //! `LOCK.RELEASE key owner`
 
-use super::args::parse_owner;
-use super::{key_and_rest, lock_in, Command, KeyAccess, Reply, MAX_ARGS};
-use crate::blocking;
+use super::common::{key_and_rest, lock_in, MAX_ARGS};
+use crate::ffi::command::{KeyAccess, Spec};
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Argv, Ctx};
 use crate::propagate;
-use crate::state::STATS;
+use crate::reply::Reply;
+use crate::state::MODULE;
+use crate::waiting::handoff::hand_off;
+use crate::waiting::settle::settle;
+use redis_lock_core::args::parse_owner;
 use redis_lock_core::rules::ReleasePlan;
 use redis_lock_core::store;
 
-pub const COMMAND: Command = Command {
+pub const SPEC: Spec = Spec {
     name: c"lock.release",
     // Not `deny-oom`: a full server must still free and keep its locks, as DEL and
     // PEXPIRE run under OOM. A hand-off it leads to is refused under OOM.
@@ -19,10 +22,9 @@ pub const COMMAND: Command = Command {
     acl_categories: c"write fast",
     key_access: KeyAccess::ReadWrite,
     summary: c"Ends owner's holding of the lock at key: 1, else 0.",
-    handler: release,
 };
 
-fn release(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
+pub fn release(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     let mut buf = [&[][..]; MAX_ARGS];
     let (key, rest) = key_and_rest(args, 3, &mut buf)?;
     let [owner] = rest else {
@@ -31,16 +33,16 @@ fn release(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     // Whatever lock.max-owner-len says: it bounds new holdings only (a replica or
     // AOF replays what its master released under the master's own setting).
     let owner = parse_owner(owner)?;
-    let replaying = ctx.where_().replaying;
+    let replaying = ctx.call_site().replaying;
     let mut open = OpenKey::write(ctx, key);
     lock_in(&open)?;
-    // The master judges lapses and says so; a replica follows (see `blocking::settle`).
+    // The master judges lapses and says so; a replica follows (see `settle`).
     if !replaying {
-        blocking::settle(ctx, &mut open, Arg::Str(key));
+        settle(ctx, &mut open, Arg::Str(key));
     }
     let now = || (!replaying).then(|| ctx.now_ms());
     // The hand-off below follows at once.
-    let plan = blocking::deleting_here(|| store::release(&mut open, owner, now))?;
+    let plan = MODULE.deleting_here(|| store::release(&mut open, owner, now))?;
     drop(open);
     let db = ctx.selected_db();
     match plan {
@@ -54,8 +56,8 @@ fn release(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     }
     if !replaying {
         // Counted where the holder released it, not again on replicas.
-        STATS.releases.incr();
+        MODULE.stats.releases.incr();
     }
-    blocking::hand_off(ctx, db, key.as_bytes());
+    hand_off(ctx, db, key.as_bytes());
     Ok(Reply::Integer(1))
 }

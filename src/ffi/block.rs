@@ -1,161 +1,195 @@
-//! Blocked clients, timers, databases and server events: safe wrappers with generic
-//! payloads. The callbacks Redis calls for them are in `ffi::entry`; what waiting
-//! means (queues, hand-offs) is in `crate::blocking`.
+//! Blocked clients: a waiter is blocked with `RedisModule_BlockClient` (not
+//! `BlockClientOnKeys`: on Redis 7.0 a deleted or expired key wakes no one) and
+//! answered with `RedisModule_UnblockClient(bc, answer)`; its reply callback then
+//! sends the answer.
 //!
-//! A waiter is blocked with `RedisModule_BlockClient` (not `BlockClientOnKeys`: on
-//! Redis 7.0 a deleted or expired key wakes no one) and answered with
-//! `RedisModule_UnblockClient(bc, payload)`; the reply callback then sends it.
+//! The callbacks are monomorphised over the answer's type ([`Answer`]): a client
+//! blocked by [`Ctx::block`] is a [`Blocked<A>`], answered with an `A` only, and the
+//! free callback drops exactly that type. What waiting means (queues, hand-offs) is
+//! the caller's, in the layer above; this one imports nothing of it.
 
 use std::ffi::{c_int, c_void};
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::marker::PhantomData;
 use std::ptr;
 
 use redis_module::raw;
 
-use super::{call, Ctx, ERR, OK};
-use redis_lock_core::timers::MAX_TIMER_DELAY_MS;
+use super::{call, guarded, Ctx, ERR, OK};
 
-/// A blocked client, by the handle Redis gave it; valid until it is unblocked, times
-/// out or disconnects (each of which removes it from the queues first).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Blocked(usize);
+/// What a blocked client is answered with, and what it does when Redis reports on
+/// it. Each function runs inside a callback from Redis, with panics caught.
+pub trait Answer: Sized + 'static {
+    /// Sends the reply for `answer` (`None`: the client was woken without one).
+    fn reply(ctx: Ctx, answer: Option<&Self>);
+    /// The reply of `handle` is being sent.
+    fn delivered(handle: Blocked<Self>);
+    /// `handle` left without being answered: `CLIENT UNBLOCK`, a disconnect, or a
+    /// master turned replica. Returns true if it was still waiting (Redis then needs
+    /// its handle released), false if the module had answered it already.
+    fn left(ctx: Ctx, handle: Blocked<Self>) -> bool;
+}
 
-impl Blocked {
-    pub(super) fn from_ptr(bc: *mut raw::RedisModuleBlockedClient) -> Self {
-        Blocked(bc as usize)
+/// A blocked client, by the handle Redis gave it, answered with an `A`; valid until
+/// it is answered, times out or disconnects (each of which removes it from the
+/// caller's queues first).
+pub struct Blocked<A> {
+    bc: usize,
+    answer: PhantomData<fn(A)>,
+}
+
+impl<A> Clone for Blocked<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for Blocked<A> {}
+
+impl<A> PartialEq for Blocked<A> {
+    fn eq(&self, other: &Self) -> bool {
+        self.bc == other.bc
+    }
+}
+
+impl<A> Eq for Blocked<A> {}
+
+impl<A> Hash for Blocked<A> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.bc.hash(state);
+    }
+}
+
+impl<A> fmt::Debug for Blocked<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Blocked({:#x})", self.bc)
+    }
+}
+
+impl<A: Answer> Blocked<A> {
+    fn from_ptr(bc: *mut raw::RedisModuleBlockedClient) -> Self {
+        Blocked {
+            bc: bc as usize,
+            answer: PhantomData,
+        }
     }
 
-    pub(super) fn as_ptr(self) -> *mut raw::RedisModuleBlockedClient {
-        self.0 as *mut raw::RedisModuleBlockedClient
+    fn as_ptr(self) -> *mut raw::RedisModuleBlockedClient {
+        self.bc as *mut raw::RedisModuleBlockedClient
     }
 
-    /// Wakes the client; its reply callback gets `payload` (a `Box<T>` that the free
-    /// callback of its block must drop as a `T`).
-    pub fn answer<T>(self, payload: T) {
-        let data = Box::into_raw(Box::new(payload)).cast::<c_void>();
+    /// Wakes the client; its reply callback gets `answer`.
+    pub fn answer(self, answer: A) {
+        let data = Box::into_raw(Box::new(answer)).cast::<c_void>();
         if call!(RedisModule_UnblockClient(self.as_ptr(), data) else ERR) != OK {
-            // SAFETY: Redis did not take the box.
-            drop(unsafe { Box::from_raw(data.cast::<T>()) });
+            // SAFETY: Redis did not take the box, made just above from an `A`.
+            drop(unsafe { Box::from_raw(data.cast::<A>()) });
         }
     }
 
     /// Releases a handle Redis still holds, without a reply to send (after a
-    /// disconnect or an unblock by Redis). Must not be called for a client the
-    /// module already answered: Redis would free it twice.
-    pub(super) fn release(self) {
+    /// disconnect or an unblock by Redis). Never for a client already answered:
+    /// Redis would free it twice.
+    fn release(self) {
         call!(RedisModule_UnblockClient(self.as_ptr(), ptr::null_mut()) else ERR);
     }
-}
-
-/// The callbacks of a blocked client, given by `ffi::entry`.
-#[derive(Clone, Copy)]
-pub struct BlockCallbacks {
-    pub reply: raw::RedisModuleCmdFunc,
-    pub timeout: raw::RedisModuleCmdFunc,
-    pub free: Option<unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void)>,
-    pub disconnect: raw::RedisModuleDisconnectFunc,
 }
 
 /// Takes back the `Box<T>` a payload pointer came from.
 ///
 /// # Safety
 /// `data` is null or came from `Box::<T>::into_raw` (a block's answer, a timer's
-/// payload), and is taken back once.
+/// payload, a value of the data type), and is taken back once.
 pub(super) unsafe fn take_payload<T>(data: *mut c_void) -> Option<Box<T>> {
     // SAFETY: as the caller promises.
     (!data.is_null()).then(|| unsafe { Box::from_raw(data.cast::<T>()) })
 }
 
 impl Ctx<'_> {
-    /// Blocks the calling client until the module answers it, with Redis given no
-    /// timeout (the module keeps the waiter's deadline, see `crate::blocking`): only
-    /// the timeout callback `CLIENT UNBLOCK` needs. `None` when Redis refuses.
-    pub(super) fn block_with(self, callbacks: BlockCallbacks) -> Option<Blocked> {
+    /// Blocks the calling client until the module answers it with an `A`, with Redis
+    /// given no timeout (the caller keeps the waiter's deadline): only `CLIENT
+    /// UNBLOCK` reaches the timeout callback. `None` when Redis refuses.
+    pub fn block<A: Answer>(self) -> Option<Blocked<A>> {
         let bc = call!(RedisModule_BlockClient(
             self.raw(),
-            callbacks.reply,
-            callbacks.timeout,
-            callbacks.free,
+            Some(reply::<A>),
+            Some(timeout::<A>),
+            Some(free::<A>),
             0,
         ) else ptr::null_mut());
         if bc.is_null() {
             return None;
         }
-        call!(RedisModule_SetDisconnectCallback(bc, callbacks.disconnect) else ());
-        Some(Blocked(bc as usize))
+        call!(RedisModule_SetDisconnectCallback(bc, Some(disconnected::<A>)) else ());
+        Some(Blocked::from_ptr(bc))
     }
 
     /// The blocked client a reply or timeout callback runs for.
-    pub(super) fn blocked_handle(self) -> Blocked {
-        Blocked(call!(RedisModule_GetBlockedClientHandle(self.raw()) else ptr::null_mut()) as usize)
+    fn blocked_handle<A: Answer>(self) -> Blocked<A> {
+        Blocked::from_ptr(
+            call!(RedisModule_GetBlockedClientHandle(self.raw()) else ptr::null_mut()),
+        )
     }
+}
 
-    /// The payload the blocked client of a reply callback was answered with.
-    ///
-    /// # Safety
-    /// Every answer of this block was a `T` ([`Blocked::answer`]).
-    pub(super) unsafe fn blocked_payload<'p, T>(self) -> Option<&'p T> {
-        let data = call!(RedisModule_GetBlockedClientPrivateData(self.raw()) else ptr::null_mut());
-        // SAFETY: as the caller promises; the payload lives until the block's free
-        // callback, after the reply callback.
-        unsafe { data.cast::<T>().as_ref() }
-    }
+extern "C" fn reply<A: Answer>(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: the context Redis passed to this call, used during it.
+    let ctx = unsafe { Ctx::from_raw(ctx) };
+    let data = call!(RedisModule_GetBlockedClientPrivateData(ctx.raw()) else ptr::null_mut());
+    // SAFETY: every answer of a client blocked with these callbacks is an `A`
+    // (`Blocked::<A>::answer`); it lives until the free callback, after this one.
+    let answer = unsafe { data.cast::<A>().as_ref() };
+    guarded((), || {
+        A::delivered(ctx.blocked_handle());
+        A::reply(ctx, answer);
+    });
+    OK
+}
 
-    pub fn selected_db(self) -> i32 {
-        call!(RedisModule_GetSelectedDb(self.raw()) else 0)
+/// Redis times out no waiter itself (they block without a Redis timeout): this runs
+/// for `CLIENT UNBLOCK … TIMEOUT`, whose reply is null. A waiter the module had
+/// already answered may get here on Redis 7.2 and later, which then drop the
+/// answer's reply (`Answer::left` takes its grant back).
+extern "C" fn timeout<A: Answer>(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: the context Redis passed to this call, used during it.
+    let ctx = unsafe { Ctx::from_raw(ctx) };
+    let handle = ctx.blocked_handle::<A>();
+    let was_waiting = guarded(false, || A::left(ctx, handle));
+    guarded((), || A::reply(ctx, None));
+    // Redis frees the handle only once the module unblocks it, also after a timeout;
+    // the client is detached by then, so no second reply is sent. One already
+    // answered was unblocked then: a second unblock would free it twice.
+    if was_waiting {
+        handle.release();
     }
+    OK
+}
 
-    /// Selects `db` for the keys this context opens next.
-    pub fn select_db(self, db: i32) -> bool {
-        self.selected_db() == db || call!(RedisModule_SelectDb(self.raw(), db) else ERR) == OK
+extern "C" fn disconnected<A: Answer>(
+    ctx: *mut raw::RedisModuleCtx,
+    bc: *mut raw::RedisModuleBlockedClient,
+) {
+    // SAFETY: the context Redis passed to this call, used during it.
+    let ctx = unsafe { Ctx::from_raw(ctx) };
+    let handle = Blocked::<A>::from_ptr(bc);
+    // On a panic, leaking the handle is better than freeing it twice.
+    if guarded(false, || A::left(ctx, handle)) {
+        // Redis frees a handle blocked with RedisModule_BlockClient only when the
+        // module unblocks it, also after a disconnect; without a reply to send.
+        handle.release();
     }
+}
 
-    /// Runs `fire` with `payload` after `delay_ms`, bounded to `0..=MAX_TIMER_DELAY_MS`
-    /// (Redis 7.0 overflows a longer period into the past); returns the timer id.
-    pub(super) fn start_timer_with<T>(
-        self,
-        delay_ms: i64,
-        payload: T,
-        fire: raw::RedisModuleTimerProc,
-    ) -> Option<u64> {
-        let delay_ms = delay_ms.clamp(0, MAX_TIMER_DELAY_MS);
-        let data = Box::into_raw(Box::new(payload)).cast::<c_void>();
-        let id = call!(RedisModule_CreateTimer(self.raw(), delay_ms, fire, data) else 0);
-        if id == 0 {
-            // SAFETY: the timer was not created; the payload is still ours.
-            drop(unsafe { Box::from_raw(data.cast::<T>()) });
-            return None;
-        }
-        Some(id)
-    }
-
-    /// Cancels a timer that has not fired yet, dropping its payload (a `T`); a fired
-    /// or unknown id is ignored.
-    pub(super) fn stop_timer_with<T>(self, id: u64) {
-        let mut data: *mut c_void = ptr::null_mut();
-        if call!(RedisModule_StopTimer(self.raw(), id, &mut data) else ERR) == OK {
-            // SAFETY: Redis hands back the payload of a cancelled timer, a `Box<T>`
-            // as the caller says.
-            drop(unsafe { take_payload::<T>(data) });
-        }
-    }
-
-    /// Subscribes `callback` to the server event `id`.
-    pub(super) fn subscribe_server_event(
-        self,
-        id: u64,
-        callback: raw::RedisModuleEventCallback,
-    ) -> bool {
-        let event = raw::RedisModuleEvent { id, dataver: 1 };
-        call!(RedisModule_SubscribeToServerEvent(self.raw(), event, callback) else ERR) == OK
-    }
-
-    /// Subscribes `callback` to the keyspace events of the classes in `types`.
-    pub(super) fn subscribe_keyspace(
-        self,
-        types: u32,
-        callback: raw::RedisModuleNotificationFunc,
-    ) -> bool {
-        call!(RedisModule_SubscribeToKeyspaceEvents(self.raw(), types as c_int, callback) else ERR)
-            == OK
-    }
+extern "C" fn free<A: Answer>(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    // SAFETY: the only answer of a client blocked with these callbacks is an `A`.
+    guarded((), || drop(unsafe { take_payload::<A>(data) }));
 }

@@ -1,27 +1,197 @@
-//! The `redislock` data type's side of the C API: safe wrappers over the RDB, AOF and
-//! digest streams Redis hands the type's callbacks, the type's handle, and the
-//! module options. The callbacks themselves are in `ffi::entry`; what a lock's bytes
-//! mean is decided in `crate::keyspace`.
+//! The lock data type's side of the C API: its registration and C callbacks
+//! (monomorphised over the caller's [`LockType`], which says what a lock's bytes
+//! mean), safe wrappers over the RDB, AOF and digest streams Redis hands them, the
+//! type's handle, and the module options.
 
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
+use redis_lock_core::Lock;
 use redis_module::raw;
 
-use super::{call, Ctx, RString};
+use super::block::take_payload;
+use super::Ctx;
+use super::{call, guarded, RString, ERR, OK};
 
-/// The type handle Redis gave at registration (see [`set_lock_type`]), null before.
+/// What the lock type does in each of its callbacks; the value is always a
+/// `Box<Lock>`. Each function runs inside a callback from Redis, with panics caught.
+pub trait LockType: 'static {
+    /// `TYPE key` answers this; Redis wants exactly nine characters.
+    const NAME: &'static str;
+    /// The encoding version written with every value.
+    const ENCODING_VERSION: c_int;
+    /// Reads a value written with `encver`; `None` rejects it (Redis then refuses
+    /// the RDB or the RESTORE payload).
+    fn load(io: &ModuleIo, encver: c_int) -> Option<Lock>;
+    fn save(io: &ModuleIo, lock: &Lock);
+    /// Writes the commands that re-create `lock` to a rewritten AOF.
+    fn rewrite(aof: &AofRewrite<'_>, lock: &Lock);
+    /// What `MEMORY USAGE` counts.
+    fn memory(lock: &Lock) -> usize;
+    fn digest(digest: &Digest, lock: &Lock);
+    /// Redis is removing the lock at `key` in database `db` from the keyspace: DEL,
+    /// UNLINK, RENAME, MOVE, expiry, eviction, an overwrite, or the module's own
+    /// delete (not FLUSHALL, which has its own event).
+    fn unlinked(db: i32, key: &RString, lock: Option<&Lock>);
+    /// The aux value saved before the keys of every RDB.
+    fn aux_value() -> i64;
+    /// Reads it back; false refuses the RDB.
+    fn aux_load(io: &ModuleIo, encver: c_int) -> bool;
+}
+
+/// The type handle Redis gave at registration (see [`create_type`]), null before.
 static LOCK_TYPE: AtomicPtr<raw::RedisModuleType> = AtomicPtr::new(ptr::null_mut());
 
 /// The type handle, null before registration.
-pub fn lock_type() -> *mut raw::RedisModuleType {
+pub(super) fn lock_type() -> *mut raw::RedisModuleType {
     LOCK_TYPE.load(Ordering::Relaxed)
 }
 
-/// Records the handle Redis gave the type when the module registered it.
-pub fn set_lock_type(handle: *mut raw::RedisModuleType) {
+/// Registers the lock type `T`.
+pub fn create_type<T: LockType>(ctx: Ctx) -> Result<(), String> {
+    if T::NAME.len() != 9 {
+        return Err(format!("the type name {} is not nine characters", T::NAME));
+    }
+    let name = CString::new(T::NAME).map_err(|_| "the type name has a NUL".to_string())?;
+    let mut methods = raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load::<T>),
+        rdb_save: Some(rdb_save::<T>),
+        aof_rewrite: Some(aof_rewrite::<T>),
+        mem_usage: Some(mem_usage::<T>),
+        digest: Some(digest::<T>),
+        free: Some(free),
+        aux_load: Some(aux_load::<T>),
+        aux_save: Some(aux_save::<T>),
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+        free_effort: None,
+        unlink: None,
+        // No copy callback: COPY of a lock is refused ("not supported for this module
+        // key"). A copy would be a second live holding of the same owner and token,
+        // at a key whose earlier holders may have had greater tokens.
+        copy: None,
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: Some(unlink2::<T>),
+        copy2: None,
+        aux_save2: None,
+    };
+    // Redis copies the methods before returning.
+    let handle = call!(RedisModule_CreateDataType(
+        ctx.raw(),
+        name.as_ptr(),
+        T::ENCODING_VERSION,
+        &mut methods
+    ) else ptr::null_mut());
+    if handle.is_null() {
+        return Err(format!("Redis refused the data type {}", T::NAME));
+    }
     LOCK_TYPE.store(handle, Ordering::Relaxed);
+    Ok(())
+}
+
+/// # Safety
+/// `value` is null or a value of our type, which is always a `Box<Lock>`.
+unsafe fn as_lock<'a>(value: *const c_void) -> Option<&'a Lock> {
+    // SAFETY: as the caller promises.
+    unsafe { value.cast::<Lock>().as_ref() }
+}
+
+/// Stores `lock` as a value Redis owns (given back to [`free`]).
+pub(super) fn into_value(lock: Lock) -> *mut c_void {
+    Box::into_raw(Box::new(lock)).cast::<c_void>()
+}
+
+extern "C" fn rdb_load<T: LockType>(io: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    // A panic loads nothing: Redis answers RESTORE with `Bad data format`.
+    guarded(ptr::null_mut(), || {
+        T::load(&ModuleIo(io), encver).map_or(ptr::null_mut(), into_value)
+    })
+}
+
+extern "C" fn rdb_save<T: LockType>(io: *mut raw::RedisModuleIO, value: *mut c_void) {
+    guarded((), || {
+        // SAFETY: a value of our type, as Redis passes it.
+        if let Some(lock) = unsafe { as_lock(value) } {
+            T::save(&ModuleIo(io), lock);
+        }
+    })
+}
+
+extern "C" fn aof_rewrite<T: LockType>(
+    io: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    guarded((), || {
+        // SAFETY: a value of our type and the key Redis passed, alive for the call.
+        let (Some(lock), Some(key)) =
+            (unsafe { as_lock(value) }, unsafe { RString::from_ptr(key) })
+        else {
+            return;
+        };
+        T::rewrite(&AofRewrite { io, key }, lock);
+    })
+}
+
+extern "C" fn mem_usage<T: LockType>(value: *const c_void) -> usize {
+    // SAFETY: a value of our type, as Redis passes it.
+    guarded(0, || unsafe { as_lock(value) }.map_or(0, T::memory))
+}
+
+extern "C" fn digest<T: LockType>(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    guarded((), || {
+        // SAFETY: a value of our type, as Redis passes it.
+        if let Some(lock) = unsafe { as_lock(value) } {
+            T::digest(&Digest(md), lock);
+        }
+    })
+}
+
+extern "C" fn free(value: *mut c_void) {
+    // A panic while dropping leaks the value: better than an aborted server.
+    // SAFETY: every value of our type was made by `into_value` (a `Box<Lock>`), and
+    // Redis frees each exactly once.
+    guarded((), || drop(unsafe { take_payload::<Lock>(value) }))
+}
+
+extern "C" fn unlink2<T: LockType>(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    guarded((), || {
+        let key = call!(RedisModule_GetKeyNameFromOptCtx(ctx) else ptr::null());
+        let db = call!(RedisModule_GetDbIdFromOptCtx(ctx) else 0);
+        // SAFETY: a value of our type and the key's name, as Redis passes them for
+        // the call.
+        let (lock, key) = unsafe { (as_lock(value), RString::from_ptr(key.cast_mut())) };
+        if let Some(key) = key {
+            T::unlinked(db, key, lock);
+        }
+    })
+}
+
+extern "C" fn aux_save<T: LockType>(io: *mut raw::RedisModuleIO, when: c_int) {
+    guarded((), || {
+        if when == raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+            ModuleIo(io).save_signed(T::aux_value());
+        }
+    })
+}
+
+extern "C" fn aux_load<T: LockType>(
+    io: *mut raw::RedisModuleIO,
+    encver: c_int,
+    when: c_int,
+) -> c_int {
+    guarded(ERR, || {
+        let ok =
+            when == raw::REDISMODULE_AUX_BEFORE_RDB as c_int && T::aux_load(&ModuleIo(io), encver);
+        if ok {
+            OK
+        } else {
+            ERR
+        }
+    })
 }
 
 /// Sets the module's options (one call sets them all):
@@ -40,16 +210,10 @@ pub fn set_module_options(ctx: Ctx) {
 }
 
 /// The RDB stream (or DUMP payload) a value or the aux data is read from or written
-/// to, for the length of one callback.
+/// to, for the length of one callback (only the callbacks above make one).
 pub struct ModuleIo(*mut raw::RedisModuleIO);
 
 impl ModuleIo {
-    /// # Safety
-    /// `io` is the stream Redis passed to the running callback.
-    pub(super) unsafe fn from_raw(io: *mut raw::RedisModuleIO) -> Self {
-        ModuleIo(io)
-    }
-
     /// Unix time in milliseconds while the value loads (`RedisModule_Milliseconds`
     /// needs no context).
     pub fn now_ms(&self) -> i64 {
@@ -64,7 +228,8 @@ impl ModuleIo {
     /// (a value loaded from an RDB or a `RESTORE` payload).
     pub fn key(&self) -> Option<(i32, Vec<u8>)> {
         let name = call!(RedisModule_GetKeyNameFromIO(self.0) else ptr::null());
-        let name = super::RString::from_ptr(name.cast_mut())?;
+        // SAFETY: Redis's key name for this load, alive for the callback.
+        let name = unsafe { RString::from_ptr(name.cast_mut()) }?;
         let db = call!(RedisModule_GetDbIdFromIO(self.0) else -1);
         (db >= 0).then(|| (db, name.as_bytes().to_vec()))
     }
@@ -114,12 +279,6 @@ pub struct AofRewrite<'a> {
 }
 
 impl<'a> AofRewrite<'a> {
-    /// # Safety
-    /// `io` and `key` are what Redis passed to the running `aof_rewrite` callback.
-    pub(super) unsafe fn from_raw(io: *mut raw::RedisModuleIO, key: &'a RString) -> Self {
-        AofRewrite { io, key }
-    }
-
     /// Emits `command key owner token word mark`, e.g. `LOCK.APPLY k o 7 MARK 9`.
     pub fn emit_holding(&self, command: &CStr, owner: &[u8], token: i64, word: &CStr, mark: i64) {
         // SAFETY: reading a function pointer that Redis filled in at load time.
@@ -180,12 +339,6 @@ impl<'a> AofRewrite<'a> {
 pub struct Digest(*mut raw::RedisModuleDigest);
 
 impl Digest {
-    /// # Safety
-    /// `md` is the digest Redis passed to the running callback.
-    pub(super) unsafe fn from_raw(md: *mut raw::RedisModuleDigest) -> Self {
-        Digest(md)
-    }
-
     pub fn add_bytes(&self, bytes: &[u8]) {
         call!(RedisModule_DigestAddStringBuffer(self.0, bytes.as_ptr().cast::<c_char>(), bytes.len()) else ());
     }

@@ -1,5 +1,9 @@
-//! The one place that calls the Redis module C API. Everything `unsafe` in the module
-//! lives under `ffi/`; the rest of the crate uses the safe wrappers defined here.
+//! The one place that calls the Redis module C API, and the bottom layer of the
+//! crate (ARCHITECTURE.md): everything `unsafe` lives under `ffi/` (the crate root
+//! denies it elsewhere), and nothing here imports the layers above. Callbacks Redis
+//! calls (commands, blocked clients, timers, the data type, events, configs) are C
+//! entry points here, monomorphised over a trait the layer above implements, so no
+//! code here names the module's own work.
 //!
 //! Every API is reached through `redis_module::raw::RedisModule_*`, function pointers
 //! that Redis fills in at load time. `call!` turns a missing pointer into a fallback
@@ -8,13 +12,14 @@
 //! practice.
 
 pub mod block;
+pub mod command;
 pub mod config;
 pub mod datatype;
-pub mod entry;
+pub mod events;
 pub mod key;
 pub mod query;
-pub mod role;
 pub mod scan;
+pub mod timer;
 
 use std::ffi::{c_int, CStr, CString};
 use std::marker::PhantomData;
@@ -135,15 +140,34 @@ pub fn missing_required_apis() -> Vec<&'static str> {
 }
 
 /// The context of one call from Redis (a command, a callback, an event), valid for
-/// that call only: only `ffi::entry` makes one, from the pointer Redis passed, and
-/// the lifetime keeps it from being stored beyond the call (`Ctx::module` is the
-/// one context that lives on).
+/// that call only: only the entry points of `ffi` make one, from the pointer Redis
+/// passed, and the lifetime keeps it from being stored beyond the call
+/// (`Ctx::module` is the one context that lives on).
 #[derive(Clone, Copy)]
 pub struct Ctx<'a>(*mut raw::RedisModuleCtx, PhantomData<&'a ()>);
 
+/// A value that only Redis's main thread touches: Redis runs module code (commands,
+/// callbacks, timers, events) on its main thread only, and a fork child (BGSAVE)
+/// has one thread. This is what lets the module keep its state in one `static`
+/// without a lock.
+pub struct MainThread<T>(T);
+
+// SAFETY: see above; the value is never reached from another thread.
+unsafe impl<T> Sync for MainThread<T> {}
+
+impl<T> MainThread<T> {
+    pub const fn new(value: T) -> Self {
+        MainThread(value)
+    }
+
+    pub fn get(&self) -> &T {
+        &self.0
+    }
+}
+
 /// What the context flags say about where a command runs.
 #[derive(Debug, Clone, Copy)]
-pub struct Where {
+pub struct CallSite {
     /// Inside MULTI/EXEC, a script, or anywhere else Redis forbids blocking.
     pub cannot_block: bool,
     /// Replaying what another server decided: the master's replication stream, or
@@ -156,7 +180,7 @@ pub struct Where {
 static MODULE_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(ptr::null_mut());
 
 /// Creates the module's long-lived context; false if Redis refused.
-pub(super) fn init_module_ctx(ctx: Ctx) -> bool {
+pub fn init_module_ctx(ctx: Ctx) -> bool {
     let detached = call!(RedisModule_GetDetachedThreadSafeContext(ctx.0) else ptr::null_mut());
     MODULE_CTX.store(detached, Ordering::Relaxed);
     !detached.is_null()
@@ -194,6 +218,15 @@ pub fn log_panics() {
 /// Writes `text` to the server log at warning level, as the module's (stderr is lost
 /// when redis-server runs daemonized).
 pub fn log_warning(text: &str) {
+    log(c"warning", text);
+}
+
+/// Writes `text` to the server log at notice level, as the module's.
+pub fn log_notice(text: &str) {
+    log(c"notice", text);
+}
+
+fn log(level: &CStr, text: &str) {
     let line: Vec<u8> = text
         .bytes()
         .map(|b| if b == 0 { b' ' } else { b })
@@ -208,7 +241,7 @@ pub fn log_warning(text: &str) {
         unsafe {
             log(
                 MODULE_CTX.load(Ordering::Relaxed),
-                c"warning".as_ptr(),
+                level.as_ptr(),
                 c"%s".as_ptr(),
                 line.as_ptr(),
             )
@@ -225,15 +258,29 @@ impl Ctx<'static> {
 }
 
 impl<'a> Ctx<'a> {
+    /// The context of the module's load, for the length of `OnLoad`.
+    pub fn of_load(ctx: &'a redis_module::Context) -> Self {
+        Ctx(ctx.ctx, PhantomData)
+    }
+
     /// # Safety
     /// `ctx` is the context Redis passed to the running call, and the `Ctx` is used
     /// only during it.
-    pub(super) unsafe fn from_raw(ctx: *mut raw::RedisModuleCtx) -> Self {
+    unsafe fn from_raw(ctx: *mut raw::RedisModuleCtx) -> Self {
         Ctx(ctx, PhantomData)
     }
 
-    pub(super) fn raw(self) -> *mut raw::RedisModuleCtx {
+    fn raw(self) -> *mut raw::RedisModuleCtx {
         self.0
+    }
+
+    pub fn selected_db(self) -> i32 {
+        call!(RedisModule_GetSelectedDb(self.0) else 0)
+    }
+
+    /// Selects `db` for the keys this context opens next.
+    pub fn select_db(self, db: i32) -> bool {
+        self.selected_db() == db || call!(RedisModule_SelectDb(self.0, db) else ERR) == OK
     }
 
     /// True while the server keeps its dataset constant: clients are paused for
@@ -275,7 +322,8 @@ impl<'a> Ctx<'a> {
         call!(RedisModule_Milliseconds() else 0)
     }
 
-    pub fn where_(self) -> Where {
+    /// Where the running command was called from.
+    pub fn call_site(self) -> CallSite {
         let flags = call!(RedisModule_GetContextFlags(self.0) else 0) as u32;
         let no_block = raw::REDISMODULE_CTX_FLAGS_MULTI
             | raw::REDISMODULE_CTX_FLAGS_LUA
@@ -283,7 +331,7 @@ impl<'a> Ctx<'a> {
             | raw::REDISMODULE_CTX_FLAGS_REPLICATED
             | raw::REDISMODULE_CTX_FLAGS_LOADING;
         let replaying = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
-        Where {
+        CallSite {
             cannot_block: flags & no_block != 0,
             replaying: flags & replaying != 0,
         }
@@ -544,12 +592,16 @@ pub struct RString(raw::RedisModuleString);
 
 impl RString {
     /// Borrows a string Redis passed to a callback; `None` for null.
-    pub fn from_ptr<'a>(p: *mut raw::RedisModuleString) -> Option<&'a RString> {
-        // SAFETY: Redis passes valid strings that outlive the callback.
+    ///
+    /// # Safety
+    /// `p` is null or a string Redis passed to the running callback, and the borrow
+    /// ends with the callback.
+    unsafe fn from_ptr<'a>(p: *mut raw::RedisModuleString) -> Option<&'a RString> {
+        // SAFETY: as the caller promises.
         unsafe { p.cast::<RString>().as_ref() }
     }
 
-    pub fn as_ptr(&self) -> *mut raw::RedisModuleString {
+    fn as_ptr(&self) -> *mut raw::RedisModuleString {
         (&self.0 as *const raw::RedisModuleString).cast_mut()
     }
 
@@ -597,7 +649,7 @@ pub struct Argv<'a>(&'a [*mut raw::RedisModuleString]);
 impl<'a> Argv<'a> {
     /// # Safety
     /// `argv` must point to `argc` valid strings that live for `'a`.
-    pub(super) unsafe fn new(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> Self {
+    unsafe fn new(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> Self {
         if argv.is_null() || argc <= 0 {
             return Argv(&[]);
         }

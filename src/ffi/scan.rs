@@ -1,5 +1,6 @@
 //! Walking a database's keys a few at a time (`RedisModule_Scan`), for the look the
-//! module takes at every lock after a load or a promotion (`crate::blocking::rescan`).
+//! module takes at every lock after a load or a promotion (the rescan of the layer
+//! above).
 
 use std::ffi::c_void;
 
@@ -76,7 +77,8 @@ extern "C" fn scanned(
             return;
         };
         visit.visited += 1;
-        let (Some(name), Some(lock)) = (RString::from_ptr(name), lock_of(key)) else {
+        // SAFETY: the key name Redis passed, alive for the callback.
+        let (Some(name), Some(lock)) = (unsafe { RString::from_ptr(name) }, lock_of(key)) else {
             return;
         };
         (visit.found)(name.as_bytes(), lock);

@@ -10,50 +10,38 @@
 //! address, and an expiry of a key that merely has a lock's old name is never
 //! counted.
 
-use std::cell::RefCell;
+use redis_lock_core::{Lock, Mode};
 
-use crate::blocking;
+use super::marks::{key_evicted, key_expired, key_removed};
 use crate::ffi::{HeldString, RString};
-use crate::state::STATS;
+use crate::state::MODULE;
 
-thread_local! {
-    // The key object of the lock Redis unlinked last, until the next keyspace event.
-    static UNLINKED: RefCell<Option<HeldString>> = const { RefCell::new(None) };
-}
-
-/// Redis is removing the lock at `key` in database `db`, `shared` with holdings.
-/// Not for a deletion by the module itself ([`blocking::deleting_here`]), which
-/// needs neither: no expiry or eviction event follows it, and its caller hands the
-/// key on.
-pub fn lock_unlinked(db: i32, key: &RString, shared: bool) {
-    if blocking::is_deleting_here() {
+/// Redis is removing `lock` from `key` in database `db`. Not for a deletion by the
+/// module itself (`Module::deleting_here`), which needs neither: no expiry or
+/// eviction event follows it, and its caller hands the key on.
+pub fn lock_unlinked(db: i32, key: &RString, lock: Option<&Lock>) {
+    if MODULE.is_deleting_here() {
         return;
     }
+    let shared = lock.is_some_and(|lock| lock.mode() == Mode::Shared && !lock.is_empty());
     let held = HeldString::hold(key);
-    UNLINKED.with(|cell| {
-        if let Ok(mut unlinked) = cell.try_borrow_mut() {
-            *unlinked = held;
-        }
-    });
+    // The one held before is freed out of the state (a call into Redis).
+    let before = MODULE.with(|w| std::mem::replace(&mut w.unlinked, held));
+    drop(before);
     // Whoever waits on it may get it now; a shared lock may have moved.
-    blocking::key_removed(db, key.as_bytes(), shared);
+    key_removed(db, key.as_bytes(), shared);
 }
 
 /// Forgets the lock unlinked last (another event followed its removal).
 fn forget_unlinked() {
-    UNLINKED.with(|cell| {
-        if let Ok(mut unlinked) = cell.try_borrow_mut() {
-            *unlinked = None;
-        }
-    });
+    let before = MODULE.with(|w| w.unlinked.take());
+    drop(before);
 }
 
 /// True once, for the event that follows the unlink of a lock under `key`.
 fn take_unlinked(key: &RString) -> bool {
-    UNLINKED.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut unlinked) => unlinked.take().is_some_and(|held| held.is(key)),
-        Err(_) => false,
-    })
+    let held = MODULE.with(|w| w.unlinked.take()).flatten();
+    held.is_some_and(|held| held.is(key))
 }
 
 /// Redis sent the keyspace event `event` about `key` in database `db`.
@@ -61,15 +49,15 @@ pub fn keyspace_event(db: i32, event: &[u8], key: &RString) {
     match event {
         b"expired" => {
             if take_unlinked(key) {
-                STATS.expirations.incr();
-                blocking::key_expired(db, key.as_bytes());
+                MODULE.stats.expirations.incr();
+                key_expired(db, key.as_bytes());
             }
         }
         b"evicted" => {
             if take_unlinked(key) {
-                STATS.evictions.incr();
-                blocking::key_expired(db, key.as_bytes());
-                blocking::key_evicted(db, key.as_bytes());
+                MODULE.stats.evictions.incr();
+                key_expired(db, key.as_bytes());
+                key_evicted(db, key.as_bytes());
             }
         }
         _ => forget_unlinked(),

@@ -4,47 +4,30 @@
 //! replica left lapses to its master, or the timers watch the keys' old databases).
 //! A scan of every database, a few hundred keys per zero-delay timer tick so that
 //! clients are served in between, arms the key timer of each lock whose holdings
-//! lapse (`blocking::watch_lapse`), which removes them on time.
+//! lapse (`timers::watch_lapse`), which removes them on time.
 
-use std::cell::{Cell, RefCell};
-
-use crate::blocking::{watch_lapse, TimerJob};
-use crate::ffi::entry;
+use super::timers::{start as start_timer, watch_lapse, TimerJob};
 use crate::ffi::scan::KeyScan;
 use crate::ffi::Ctx;
+use crate::state::{Rescan, MODULE};
 
 /// Keys visited per timer tick: about 40 µs of the server's time.
 const KEYS_PER_STEP: usize = 500;
 
-/// Where the scan is.
-struct Scan {
-    db: i32,
-    keys: KeyScan,
-}
-
-thread_local! {
-    // Redis calls module code from its main thread only.
-    static SCAN: RefCell<Option<Scan>> = const { RefCell::new(None) };
-    // A lock moved (RENAME, MOVE) while a scan ran, maybe into its visited part.
-    static AGAIN: Cell<bool> = const { Cell::new(false) };
-}
-
-fn replace(scan: Option<Scan>) -> Option<Scan> {
-    SCAN.with(|cell| {
-        cell.try_borrow_mut()
-            .ok()
-            .and_then(|mut s| std::mem::replace(&mut *s, scan))
-    })
+fn replace(scan: Option<Rescan>) -> Option<Rescan> {
+    MODULE
+        .with(|w| std::mem::replace(&mut w.rescan, scan))
+        .flatten()
 }
 
 /// Starts the scan from the first database; a scan already running starts over.
 pub fn start(ctx: Ctx) {
-    AGAIN.with(|again| again.set(false));
+    MODULE.with(|w| w.rescan_again = false);
     let Some(keys) = KeyScan::new() else {
         return;
     };
-    if replace(Some(Scan { db: 0, keys })).is_none() {
-        entry::start_timer(ctx, 0, TimerJob::Rescan);
+    if replace(Some(Rescan { db: 0, keys })).is_none() {
+        start_timer(ctx, 0, TimerJob::Rescan);
     }
 }
 
@@ -52,18 +35,22 @@ pub fn start(ctx: Ctx) {
 /// deletion: RENAME or MOVE took it where no timer watches its lapses (or DEL, an
 /// overwrite: the scan then finds nothing). Scans now, or once more after the scan
 /// that runs: never more than one pass behind, however many keys move.
-pub fn lock_moved(ctx: Ctx) {
-    let running = SCAN.with(|cell| cell.try_borrow().map_or(true, |s| s.is_some()));
-    if running {
-        AGAIN.with(|again| again.set(true));
-    } else {
+pub fn lock_relocated(ctx: Ctx) {
+    let running = MODULE
+        .with(|w| {
+            let running = w.rescan.is_some();
+            w.rescan_again |= running;
+            running
+        })
+        .unwrap_or(true);
+    if !running {
         start(ctx);
     }
 }
 
 /// Ends the scan (a replica leaves lapses to its master).
 pub fn stop() {
-    AGAIN.with(|again| again.set(false));
+    MODULE.with(|w| w.rescan_again = false);
     replace(None);
 }
 
@@ -75,7 +62,10 @@ pub fn step(ctx: Ctx) {
     };
     if !ctx.select_db(at.db) {
         // Past the last database: done, unless a lock moved meanwhile.
-        if AGAIN.with(|again| again.replace(false)) {
+        let again = MODULE
+            .with(|w| std::mem::replace(&mut w.rescan_again, false))
+            .unwrap_or(false);
+        if again {
             start(ctx);
         }
         return;
@@ -93,11 +83,11 @@ pub fn step(ctx: Ctx) {
         let Some(keys) = KeyScan::new() else {
             return;
         };
-        at = Scan {
+        at = Rescan {
             db: at.db.saturating_add(1),
             keys,
         };
     }
     replace(Some(at));
-    entry::start_timer(ctx, 0, TimerJob::Rescan);
+    start_timer(ctx, 0, TimerJob::Rescan);
 }

@@ -1,0 +1,165 @@
+//! The hand-off: when a key's holdings change, grant its waiters as many holdings
+//! as fit, in order (planned by `redis_lock_core::handoff`, stored, propagated like
+//! any grant, answered).
+
+use redis_lock_core::handoff::{plan_hand_off, Answer, HandOff, Refusal};
+use redis_lock_core::rules::fits;
+use redis_lock_core::store::{self, Store};
+
+use super::redirect;
+use super::settle::{next_lapse, settle};
+use super::timers::{look_when_writes_resume, watch_expiry, watch_lapse};
+use crate::ffi::key::OpenKey;
+use crate::ffi::{Arg, Ctx};
+use crate::propagate;
+use crate::reply::{Outcome, Reply, OOM, WRONGTYPE};
+use crate::state::{Client, MODULE};
+
+/// Hands the lock at `key` to as many of its waiters as fit, in order; returns true
+/// if it granted any. Must run with `db` selected in `ctx`.
+#[inline]
+pub fn hand_off(ctx: Ctx, db: i32, key: &[u8]) -> bool {
+    // Inline: on a server without waiters, the common case, one load here.
+    MODULE.any_waiting() && hand_off_refusing(ctx, db, key, None)
+}
+
+/// A hand-off whose grants are all refused with `refusal` when it is given.
+pub fn hand_off_refusing(ctx: Ctx, db: i32, key: &[u8], refusal: Option<Refusal>) -> bool {
+    if MODULE.waiters(db, key) == 0 {
+        return false;
+    }
+    if ctx.writes_paused() {
+        // Only timers get here during a pause (the commands that free a lock are
+        // writes, held back by it): look again once it ends.
+        look_when_writes_resume(ctx, db, key);
+        return false;
+    }
+    let mut open = OpenKey::write_bytes(ctx, key);
+    let refusal = if open.holds_other_type() {
+        // Overwritten by a value of another type (SET, RESTORE REPLACE, RENAME onto
+        // it…): the waiters' acquire meets that value now, and gets what an acquire
+        // of it gets, instead of waiting on a lock that is gone.
+        Some(Refusal::WrongType)
+    } else {
+        settle(ctx, &mut open, Arg::Bytes(key));
+        refusal.or_else(|| out_of_memory_for(ctx, &open, db, key))
+    };
+    let now = ctx.now_ms();
+    let lock = store::held(&open);
+    let step = MODULE
+        .with(|w| {
+            plan_hand_off(
+                &mut w.queues,
+                db,
+                key,
+                lock.as_deref(),
+                refusal,
+                now,
+                &MODULE.mint,
+            )
+        })
+        .unwrap_or_default();
+    drop(lock);
+    if store::apply_hand_off(&mut open, &step, now).is_err() {
+        drop(open);
+        refuse_grants(step, "ERR could not store the lock");
+        return false;
+    }
+    let (expiry, lapse) = (open.expires_at(), next_lapse(&open));
+    drop(open);
+    let granted = !step.grants.is_empty();
+    answer(ctx, db, key, step);
+    watch_expiry(ctx, db, key, expiry);
+    watch_lapse(ctx, db, key, lapse);
+    granted
+}
+
+/// A hand-off from a timer: the lock expired, or DEL, MIGRATE, FLUSHALL… removed it.
+/// In a cluster, a free lock in a slot this node is migrating away sends its
+/// waiters to the target (`redirect`).
+pub fn hand_off_from_timer(ctx: Ctx, db: i32, key: &[u8]) {
+    if ctx.in_cluster() && MODULE.waiters(db, key) > 0 && !ctx.writes_paused() && is_free(ctx, key)
+    {
+        if let Some(redirect) = redirect::migrating(ctx, key) {
+            hand_off_refusing(ctx, db, key, Some(Refusal::Redirect(redirect)));
+            return;
+        }
+    }
+    hand_off(ctx, db, key);
+}
+
+/// True when nothing holds the lock at `key` (and no other type is there).
+pub fn is_free(ctx: Ctx, key: &[u8]) -> bool {
+    let open = OpenKey::write_bytes(ctx, key);
+    !open.holds_other_type() && open.lock().is_none()
+}
+
+/// `OutOfMemory` when memory is over `maxmemory` now (an acquire would be refused,
+/// deny-oom) and the queue's head would be granted: a queue that could not move
+/// anyway keeps waiting.
+fn out_of_memory_for(ctx: Ctx, open: &OpenKey, db: i32, key: &[u8]) -> Option<Refusal> {
+    if !ctx.out_of_memory() {
+        return None;
+    }
+    let now = ctx.now_ms();
+    let head_fits = MODULE.with(|w| {
+        w.queues
+            .front(db, key)
+            .is_some_and(|front| fits(store::held(open).as_deref(), front.kind, now))
+    });
+    head_fits.unwrap_or(false).then_some(Refusal::OutOfMemory)
+}
+
+/// Tells replicas, subscribers and INFO about a planned and stored hand-off step,
+/// and answers its waiters.
+fn answer(ctx: Ctx, db: i32, key: &[u8], step: HandOff<Client>) {
+    let answered = step.answers.len() + step.grants.iter().map(|g| g.waiters.len()).sum::<usize>();
+    let stats = &MODULE.stats;
+    stats.waiters.sub(answered);
+    for grant in step.grants {
+        let owner = Arg::Bytes(&grant.owner);
+        let (token, at, mode) = (grant.token, grant.expires_at, grant.kind.mode());
+        if grant.fresh {
+            propagate::grant(ctx, Arg::Bytes(key), owner, token, at, mode);
+            stats.acquisitions.incr();
+            stats.hand_offs.incr();
+        } else {
+            propagate::expiry(ctx, Arg::Bytes(key), owner, token, at, at, mode);
+        }
+        for woken in grant.waiters {
+            MODULE.with(|w| w.in_flight.insert(woken.handle, (db, key.into(), token)));
+            woken.handle.answer(Outcome::Token(token));
+        }
+    }
+    for (waiter, answer) in step.answers {
+        let outcome = match answer {
+            Answer::TimedOut => {
+                stats.wait_timeouts.incr();
+                Outcome::TimedOut
+            }
+            Answer::Refused(error) => match Reply::from(error) {
+                Reply::Error(text) => Outcome::Error(text),
+                _ => Outcome::Error("ERR the lock could not be granted".into()),
+            },
+            Answer::Blocked(Refusal::WrongType) => Outcome::Error(WRONGTYPE.into()),
+            Answer::Blocked(Refusal::OutOfMemory) => Outcome::Error(OOM.into()),
+            Answer::Blocked(Refusal::Redirect(to)) => Outcome::Error(to.into()),
+        };
+        waiter.handle.answer(outcome);
+    }
+}
+
+/// A step whose grants could not be stored: every waiter of it gets `error`.
+fn refuse_grants(step: HandOff<Client>, error: &'static str) {
+    let waiters = step
+        .grants
+        .into_iter()
+        .flat_map(|g| g.waiters)
+        .chain(step.answers.into_iter().map(|(w, _)| w));
+    let mut count = 0;
+    for waiter in waiters {
+        waiter.handle.answer(Outcome::Error(error.into()));
+        count += 1;
+    }
+    MODULE.stats.waiters.sub(count);
+}

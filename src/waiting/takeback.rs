@@ -1,0 +1,75 @@
+//! Take-backs: a waiter granted a holding whose reply never went out (it
+//! disconnected, or `CLIENT UNBLOCK` dropped the reply) has the holding taken back,
+//! so no holding is left with a client that never learned it has it.
+
+use redis_lock_core::rules::ReleasePlan;
+use redis_lock_core::store::{self, Store};
+use redis_lock_core::Mode;
+
+use super::handoff::hand_off;
+use super::marks::hand_off_behind;
+use super::settle::next_lapse;
+use super::timers::{start, watch_lapse, TimerJob, PAUSED_RETRY_MS};
+use crate::ffi::key::OpenKey;
+use crate::ffi::{Arg, Ctx};
+use crate::propagate;
+use crate::state::{Client, MODULE};
+
+/// A waiter disconnected, or Redis unblocked it without a timeout (CLIENT UNBLOCK
+/// ERROR, a master turned replica): it leaves the queue. If it had just been granted
+/// a holding but never got the reply, the grant is taken back. Returns true if it
+/// was still waiting (Redis then needs its handle released; an answered one was
+/// released).
+pub fn left(ctx: Ctx, handle: Client) -> bool {
+    let departed = MODULE.with(|w| w.queues.depart(handle)).flatten();
+    let was_waiting = departed.is_some();
+    if let Some(departed) = departed {
+        MODULE.stats.waiters.decr();
+        hand_off_behind(&departed);
+    }
+    if let Some((db, key, token)) = MODULE.with(|w| w.in_flight.remove(&handle)).flatten() {
+        start(ctx, 0, TimerJob::Undelivered { db, key, token });
+    }
+    was_waiting
+}
+
+/// The reply of a woken waiter is being sent.
+pub fn delivered(handle: Client) {
+    MODULE.with(|w| w.in_flight.remove(&handle));
+}
+
+/// Removes the holding with `token` at `key`, if it is still there, then hands on.
+pub fn take_back(ctx: Ctx, db: i32, key: &[u8], token: i64) {
+    if ctx.writes_paused() {
+        let key = key.into();
+        start(
+            ctx,
+            PAUSED_RETRY_MS,
+            TimerJob::Undelivered { db, key, token },
+        );
+        return;
+    }
+    let mut open = OpenKey::write_bytes(ctx, key);
+    let owner: Option<(Box<[u8]>, Mode)> = open.lock().and_then(|lock| {
+        let holder = lock.holders(None).find(|h| h.token == token)?;
+        Some((holder.owner.into(), lock.mode()))
+    });
+    let Some((owner, mode)) = owner else {
+        return;
+    };
+    let now = || Some(ctx.now_ms());
+    let Ok(plan) = MODULE.deleting_here(|| store::release(&mut open, &owner, now)) else {
+        return;
+    };
+    let lapse = next_lapse(&open);
+    drop(open);
+    let key_gone = plan == ReleasePlan::DeleteKey;
+    match mode {
+        Mode::Exclusive => propagate::release(ctx, Arg::Bytes(key)),
+        Mode::Shared => {
+            propagate::release_holding(ctx, Arg::Bytes(key), Arg::Bytes(&owner), key_gone)
+        }
+    }
+    watch_lapse(ctx, db, key, lapse);
+    hand_off(ctx, db, key);
+}
