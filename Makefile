@@ -142,9 +142,12 @@ bench: deps
 bench-peers: deps
 	bench/peers/run.sh
 
+# The workspace, and the fuzz crate (a workspace of its own, for cargo-fuzz).
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
+	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --all-targets -- -D warnings
 
 clean:
 	$(CARGO) clean

@@ -2,9 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use redis_lock_core::args::{
-    parse_acquire, parse_apply, parse_extend, parse_i64, Limits, Wait,
-};
+use redis_lock_core::args::{parse_acquire, parse_apply, parse_extend, parse_i64, Limits, Wait};
 
 fuzz_target!(|data: &[u8]| {
     // The first byte picks the limits; the rest are arguments separated by 0xFF.
