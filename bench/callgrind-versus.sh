@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Exclusive locks against an earlier build of the module: callgrind instructions per
-# acquire, miss, extend and release (as bench/callgrind.sh counts them), for the
+# Exclusive locks and semaphore permits against an earlier build of the module:
+# callgrind instructions per acquire, miss, extend and release, and per permit taken,
+# extended and released (as bench/callgrind.sh counts them), for the
 # module at BEFORE (a commit; built in a temporary worktree) and for the working
 # tree's release build, on alternating servers, RUNS times each. A server's random
 # hash seed moves Redis's own command and key lookups by up to a few percent from
@@ -51,10 +52,16 @@ counts() (
       | awk -v n="$N" '!done && /[:]call \[/ { gsub(",", "", $1); printf "%.0f", $1 / n; done = 1 }'
   }
   held="LOCK.ACQUIRE lk:x%012d $OWNER 3600000"
+  other="LOCK.ACQUIRE sm:x%012d $OTHER 3600000 LIMIT 5"
+  both="$other\r\nLOCK.ACQUIRE sm:x%012d $OWNER 3600000 LIMIT 5"
   echo "$(one "" "LOCK.ACQUIRE lk:x%012d $OWNER 100000")" \
     "$(one "$held" "LOCK.ACQUIRE lk:x%012d $OTHER 100000")" \
     "$(one "$held" "LOCK.EXTEND lk:x%012d $OWNER 3600000")" \
-    "$(one "$held" "LOCK.RELEASE lk:x%012d $OWNER")"
+    "$(one "$held" "LOCK.RELEASE lk:x%012d $OWNER")" \
+    "$(one "" "LOCK.ACQUIRE sm:x%012d $OWNER 100000 LIMIT 5")" \
+    "$(one "$other" "LOCK.ACQUIRE sm:x%012d $OWNER 100000 LIMIT 5")" \
+    "$(one "$both" "LOCK.EXTEND sm:x%012d $OWNER 3600000")" \
+    "$(one "$both" "LOCK.RELEASE sm:x%012d $OWNER")"
 )
 
 for _ in $(seq 1 "$RUNS"); do
@@ -68,7 +75,9 @@ echo
 echo "| step | before | now | ratio | all runs, now |"
 echo "|---|---|---|---|---|"
 col=0
-for step in "acquire a free key" "acquire a held key (miss)" "extend by the owner" "release by the owner"; do
+for step in "acquire a free key" "acquire a held key (miss)" "extend by the owner" "release by the owner" \
+  "permit of a free semaphore (LIMIT 5)" "permit beside another holder" "extend a permit" \
+  "release a permit (another remains)"; do
   col=$((col + 1))
   b=$(cut -d' ' -f$col "$work/before" | median)
   n=$(cut -d' ' -f$col "$work/now" | median)
