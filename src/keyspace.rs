@@ -8,7 +8,7 @@
 //! and absolute expiry (0 for an exclusive holding, whose expiry is the key's).
 //! Version 1, a single exclusive holding as owner and token, still loads.
 
-use std::collections::HashSet;
+use redis_lock_core::hashing::HashSet;
 
 use crate::fault;
 use crate::ffi::datatype::{AofRewrite, Digest, ModuleIo};
@@ -57,7 +57,7 @@ fn loaded(mode: u64, holdings: Vec<LoadedHolding>, now_ms: i64) -> Option<Lock> 
         (0, [(owner, token, _)]) => Lock::exclusive(owner, *token),
         (1, [_, ..]) => {
             let latest = now_ms.max(0).saturating_add(MAX_DURATION_MS);
-            let mut tokens = HashSet::with_capacity(holdings.len());
+            let mut tokens = HashSet::with_capacity_and_hasher(holdings.len(), Default::default());
             let mut shared = SharedHoldings::new();
             for (owner, token, expires_at) in holdings {
                 if expires_at <= 0 || expires_at > latest || !tokens.insert(token) {

@@ -9,8 +9,8 @@
 //! on a second entry (the test suites load the debug build); a release build logs
 //! it and the second caller gets `None`.
 
+use redis_lock_core::hashing::{HashMap, HashSet};
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use redis_lock_core::args::{parse_i64, Limits, MAX_DURATION_MS};

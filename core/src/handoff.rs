@@ -10,7 +10,7 @@
 //! cannot be made is answered with the error; the waiters of an owner that is
 //! granted take the same holding (a client that retried its WAIT).
 
-use std::collections::HashMap;
+use crate::hashing::HashMap;
 
 use crate::holdings::{holds_at, Kind, Lock, Mode};
 use crate::queue::{Queues, Waiter};
@@ -98,7 +98,7 @@ impl<'a> Occupancy<'a> {
             now_ms,
             live_shared,
             exclusive: None,
-            shared: HashMap::new(),
+            shared: HashMap::default(),
         }
     }
 

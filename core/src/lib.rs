@@ -10,6 +10,7 @@
 pub mod args;
 pub mod cluster;
 pub mod handoff;
+pub mod hashing;
 pub mod holdings;
 pub mod owner;
 pub mod queue;

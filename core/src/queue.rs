@@ -12,7 +12,9 @@
 //! client (Redis 7.0 lets a timeout that falls in the same event-loop turn as a
 //! grant swallow the grant's reply).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use crate::hashing::HashMap;
 use std::hash::Hash;
 
 use crate::holdings::{Kind, Mode};
@@ -88,8 +90,8 @@ pub struct Queues<W> {
 impl<W> Default for Queues<W> {
     fn default() -> Self {
         Queues {
-            by_db: HashMap::new(),
-            index: HashMap::new(),
+            by_db: HashMap::default(),
+            index: HashMap::default(),
             deadlines: BTreeMap::new(),
             next_arrival: 0,
         }
@@ -142,7 +144,7 @@ impl<W: Copy + Eq + Hash> Queues<W> {
             .entry(key.into())
             .or_insert_with(|| Queue {
                 waiters: BTreeMap::new(),
-                by_owner: HashMap::new(),
+                by_owner: HashMap::default(),
             });
         queue
             .by_owner

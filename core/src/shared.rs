@@ -14,7 +14,9 @@
 //! - by expiry, for the next to lapse, the last to go (the key's expiry), and the
 //!   lapsed ones, which a settle removes at O(log n) each.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::hashing::HashMap;
 use std::ops::Bound;
 
 use crate::owner::Owner;

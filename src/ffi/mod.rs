@@ -617,6 +617,29 @@ impl RString {
     }
 }
 
+/// A string the module made, freed when dropped: a key known only by its bytes (a
+/// timer's, an event's), made once for the several calls that name it.
+pub struct OwnedString(*mut raw::RedisModuleString);
+
+impl OwnedString {
+    /// A copy of `bytes`; `None` if Redis could not make it.
+    pub fn new(bytes: &[u8]) -> Option<OwnedString> {
+        let string = call!(RedisModule_CreateString(ptr::null_mut(), bytes.as_ptr().cast(), bytes.len()) else ptr::null_mut());
+        (!string.is_null()).then_some(OwnedString(string))
+    }
+
+    pub fn as_rstring(&self) -> &RString {
+        // SAFETY: a live string of ours, until `self` drops.
+        unsafe { &*self.0.cast::<RString>() }
+    }
+}
+
+impl Drop for OwnedString {
+    fn drop(&mut self) {
+        call!(RedisModule_FreeString(ptr::null_mut(), self.0) else ());
+    }
+}
+
 /// A string Redis passed to a callback, kept alive past the callback: while held, no
 /// other string can take its address, so [`HeldString::is`] tells whether a later
 /// callback got the very same object. Released when dropped.

@@ -10,7 +10,7 @@ use super::redirect;
 use super::settle::{next_lapse, settle};
 use super::timers::{look_when_writes_resume, watch_expiry, watch_lapse};
 use crate::ffi::key::OpenKey;
-use crate::ffi::{Arg, Ctx};
+use crate::ffi::{Arg, Ctx, OwnedString};
 use crate::propagate;
 use crate::reply::{Outcome, Reply, OOM, WRONGTYPE};
 use crate::state::{Client, MODULE};
@@ -113,6 +113,13 @@ fn out_of_memory_for(ctx: Ctx, open: &OpenKey, db: i32, key: &[u8]) -> Option<Re
 /// Tells replicas, subscribers and INFO about a planned and stored hand-off step,
 /// and answers its waiters.
 fn answer(ctx: Ctx, db: i32, key: &[u8], step: HandOff<Client>) {
+    // The key as a string, made once for every grant's propagation and event.
+    let key_string = (!step.grants.is_empty())
+        .then(|| OwnedString::new(key))
+        .flatten();
+    let key_arg = key_string
+        .as_ref()
+        .map_or(Arg::Bytes(key), |s| Arg::Str(s.as_rstring()));
     let answered = step.answers.len() + step.grants.iter().map(|g| g.waiters.len()).sum::<usize>();
     let stats = &MODULE.stats;
     stats.waiters.sub(answered);
@@ -120,11 +127,11 @@ fn answer(ctx: Ctx, db: i32, key: &[u8], step: HandOff<Client>) {
         let owner = Arg::Bytes(&grant.owner);
         let (token, at, mode) = (grant.token, grant.expires_at, grant.kind.mode());
         if grant.fresh {
-            propagate::grant(ctx, Arg::Bytes(key), owner, token, at, mode);
+            propagate::grant(ctx, key_arg, owner, token, at, mode);
             stats.acquisitions.incr();
             stats.hand_offs.incr();
         } else {
-            propagate::expiry(ctx, Arg::Bytes(key), owner, token, at, at, mode);
+            propagate::expiry(ctx, key_arg, owner, token, at, at, mode);
         }
         for woken in grant.waiters {
             MODULE.with(|w| w.in_flight.insert(woken.handle, (db, key.into(), token)));
