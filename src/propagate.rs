@@ -16,6 +16,7 @@
 use std::ffi::CStr;
 
 use crate::ffi::{Arg, Ctx, EventClass};
+use redis_lock_core::store::Lapsed;
 use redis_lock_core::Mode;
 
 /// The command that re-creates a lock from its effect (replication, AOF).
@@ -49,8 +50,8 @@ pub enum Applied {
     Granted,
     /// A shared holding's new expiry (a refresh, an extend).
     Moved,
-    /// A shared holding that lapsed was removed.
-    Lapsed,
+    /// This many shared holdings that lapsed were removed.
+    Lapsed(usize),
 }
 
 /// An effect replayed by LOCK.APPLY (replicas, AOF loading): passed on as it came,
@@ -60,7 +61,11 @@ pub fn applied(ctx: Ctx, key: Arg<'_>, what: Applied) {
     match what {
         Applied::Granted => ctx.notify(EventClass::Module, GRANT_EVENT, key),
         Applied::Moved => ctx.notify(EventClass::Generic, c"expire", key),
-        Applied::Lapsed => ctx.notify(EventClass::Module, LAPSE_EVENT, key),
+        Applied::Lapsed(count) => {
+            for _ in 0..count {
+                ctx.notify(EventClass::Module, LAPSE_EVENT, key);
+            }
+        }
     }
 }
 
@@ -108,16 +113,39 @@ pub fn release_as_called(ctx: Ctx, key: Arg<'_>, key_gone: bool) {
 /// The event of a shared holding that lapsed and was removed, others remaining.
 const LAPSE_EVENT: &std::ffi::CStr = c"lock.expired";
 
-/// A shared holding the module removed on its own, as its expiry passed while other
-/// holdings live on: `LOCK.APPLY key owner token LAPSED`, which replicas and the AOF
-/// (never judging time themselves) apply as the master did.
-pub fn lapsed(ctx: Ctx, key: Arg<'_>, owner: Arg<'_>, token: i64) {
-    ctx.replicate(
-        APPLY_COMMAND,
-        &[key, owner, Arg::Int(token), Arg::Bytes(b"LAPSED")],
-    );
-    ctx.notify(EventClass::Module, LAPSE_EVENT, key);
+/// Shared holdings the module removed on its own, as their expiries passed (while
+/// other holdings may live on), which replicas and the AOF (never judging time
+/// themselves) apply as the master did: one as `LOCK.APPLY key owner token LAPSED`,
+/// several as one `LOCK.LAPSE key owner token [owner token …]`. One event each.
+pub fn lapsed(ctx: Ctx, key: Arg<'_>, lapsed: &[Lapsed]) {
+    match lapsed {
+        [] => return,
+        [(owner, token)] => ctx.replicate(
+            APPLY_COMMAND,
+            &[
+                key,
+                Arg::Bytes(owner),
+                Arg::Int(*token),
+                Arg::Bytes(b"LAPSED"),
+            ],
+        ),
+        many => {
+            let mut args = Vec::with_capacity(1 + 2 * many.len());
+            args.push(key);
+            for (owner, token) in many {
+                args.push(Arg::Bytes(owner));
+                args.push(Arg::Int(*token));
+            }
+            ctx.replicate(LAPSE_COMMAND, &args);
+        }
+    }
+    for _ in lapsed {
+        ctx.notify(EventClass::Module, LAPSE_EVENT, key);
+    }
 }
+
+/// The command that removes shared holdings that lapsed together (replication, AOF).
+const LAPSE_COMMAND: &CStr = c"LOCK.LAPSE";
 
 /// A release the module made on its own (a grant taken back): the key is gone.
 pub fn release(ctx: Ctx, key: Arg<'_>) {

@@ -326,3 +326,84 @@ fn a_promoted_replica_never_mints_a_token_of_the_master_it_replaced() {
         .log()
         .contains("now a master; its fencing tokens end in the digit"));
 }
+
+/// The commands a server ran, by name, from `INFO commandstats`.
+fn calls(con: &mut Connection, command: &str) -> i64 {
+    let info: String = query(con, &["INFO", "commandstats"]).unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn shared_holdings_that_lapse_together_travel_as_one_command_and_replay_as_the_master_did() {
+    // 40 shared holdings that lapse together, 2 that live on: the master's settle
+    // removes those that lapsed at once and sends one LOCK.LAPSE; the replica and the AOF end
+    // with the same 2 holdings, and the replica sends the 40 events the master sent.
+    let mut master = Server::with(Config::default().aof());
+    let replica = Server::start();
+    replica.replicate_from(&master);
+    let (mut m, mut r) = (master.connection(), replica.connection());
+    let mut r_events = replica.connection();
+    subscribe(&mut r_events, "doc");
+    for owner in ["stays-1", "stays-2"] {
+        let token: Option<i64> =
+            query(&mut m, &["LOCK.ACQUIRE", "doc", owner, "600000", "SHARED"]).unwrap();
+        assert!(token.is_some());
+    }
+    let mut pipe = redis::pipe();
+    for i in 0..40 {
+        pipe.cmd("LOCK.ACQUIRE")
+            .arg("doc")
+            .arg(format!("short-{i}"))
+            .arg(300)
+            .arg("SHARED");
+    }
+    let _: Vec<i64> = pipe.query(&mut m).unwrap();
+    sync(&mut m);
+    wait_until(Duration::from_secs(5), || {
+        lock_stat(&mut m, "expirations") == 40
+    });
+    sync(&mut m);
+    // Their expiries spread over the milliseconds the pipeline took: a settle takes
+    // all that lapsed by then, so a few commands carry the 40, not 40.
+    let lapses = calls(&mut r, "lock.lapse");
+    assert!(
+        (1..=5).contains(&lapses),
+        "{lapses} LOCK.LAPSE for 40 lapses"
+    );
+    let holders = |con: &mut Connection| -> Vec<Vec<u8>> {
+        let mut owners: Vec<Vec<u8>> = lock_info(con, "doc")
+            .unwrap()
+            .holders
+            .into_iter()
+            .map(|h| h.owner)
+            .collect();
+        owners.sort();
+        owners
+    };
+    let expected = vec![b"stays-1".to_vec(), b"stays-2".to_vec()];
+    assert_eq!(holders(&mut r), expected);
+    let digest: Vec<String> = query(&mut m, &["DEBUG", "DIGEST-VALUE", "doc"]).unwrap();
+    let replica_digest: Vec<String> = query(&mut r, &["DEBUG", "DIGEST-VALUE", "doc"]).unwrap();
+    assert_eq!(replica_digest, digest);
+    assert_eq!(
+        expire_time(&mut r, "doc"),
+        expire_time(&mut m, "doc"),
+        "the key expires with the last holding"
+    );
+    let lapse_events = events(&mut r_events, 82)
+        .into_iter()
+        .filter(|e| e == "lock.expired")
+        .count();
+    assert_eq!(lapse_events, 40);
+    // The AOF replays the same.
+    master.restart();
+    let mut m = master.connection();
+    assert_eq!(holders(&mut m), expected);
+    let reloaded: Vec<String> = query(&mut m, &["DEBUG", "DIGEST-VALUE", "doc"]).unwrap();
+    assert_eq!(reloaded, digest);
+}

@@ -128,6 +128,28 @@ fn acl_key_patterns_apply_to_lock_commands() {
 }
 
 #[test]
+fn lock_lapse_is_refused_from_every_client_and_changes_nothing() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let token: Option<i64> = query(
+        &mut con,
+        &["LOCK.ACQUIRE", "doc", "reader", "60000", "SHARED"],
+    )
+    .unwrap();
+    let token = token.unwrap().to_string();
+    let digest: String = query(&mut con, &["DEBUG", "DIGEST"]).unwrap();
+    let forged = ["LOCK.LAPSE", "doc", "reader", token.as_str()];
+    let error = query::<Value>(&mut con, &forged).unwrap_err();
+    assert!(error.to_string().contains("internal"), "{error}");
+    let script = "return redis.call('LOCK.LAPSE', KEYS[1], ARGV[1], ARGV[2])";
+    let error =
+        query::<Value>(&mut con, &["EVAL", script, "1", "doc", "reader", &token]).unwrap_err();
+    assert!(error.to_string().contains("internal"), "{error}");
+    let after: String = query(&mut con, &["DEBUG", "DIGEST"]).unwrap();
+    assert_eq!(after, digest);
+}
+
+#[test]
 fn lock_apply_is_refused_from_every_client_and_changes_nothing() {
     let server = Server::start();
     let mut con = server.connection();

@@ -287,6 +287,23 @@ pub fn parse_extend<'a>(args: &[&'a [u8]], limits: &Limits) -> Result<ExtendArgs
 /// `MARK n` carries the server's token mark in an AOF rewritten without an RDB
 /// preamble (which holds no module data besides keys): replaying it raises the mark
 /// to `n`, so tokens of released locks are not forgotten.
+/// `LOCK.LAPSE key owner token [owner token …]`: shared holdings that lapsed together
+/// on the master, each by its owner and token.
+pub fn parse_lapse<'a>(args: &[&'a [u8]]) -> Result<Vec<(&'a [u8], i64)>, ArgError> {
+    if args.is_empty() || !args.len().is_multiple_of(2) {
+        return Err(ArgError::MissingValue("LOCK.LAPSE"));
+    }
+    args.chunks_exact(2)
+        .map(|pair| match pair {
+            [owner, token] => Ok((
+                parse_owner(owner)?,
+                parse_positive(token).ok_or(ArgError::BadToken)?,
+            )),
+            _ => Err(ArgError::MissingValue("LOCK.LAPSE")),
+        })
+        .collect()
+}
+
 pub fn parse_apply<'a>(args: &[&'a [u8]]) -> Result<ApplyArgs<'a>, ArgError> {
     let [owner, token, options @ ..] = args else {
         return Err(ArgError::MissingValue("LOCK.APPLY"));
@@ -347,6 +364,20 @@ pub fn parse_apply<'a>(args: &[&'a [u8]]) -> Result<ApplyArgs<'a>, ArgError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lapse_takes_owner_token_pairs_and_refuses_anything_else() {
+        assert_eq!(
+            parse_lapse(&[b"r1", b"7", b"r2", b"9"]),
+            Ok(vec![(&b"r1"[..], 7), (&b"r2"[..], 9)])
+        );
+        assert!(parse_lapse(&[]).is_err());
+        assert!(parse_lapse(&[b"r1"]).is_err());
+        assert!(parse_lapse(&[b"r1", b"7", b"r2"]).is_err());
+        assert_eq!(parse_lapse(&[b"r1", b"0"]), Err(ArgError::BadToken));
+        assert_eq!(parse_lapse(&[b"r1", b"x"]), Err(ArgError::BadToken));
+        assert!(parse_lapse(&[b"", b"7"]).is_err());
+    }
 
     const LIMITS: Limits = Limits {
         max_ttl: 0,

@@ -46,6 +46,12 @@ impl Counter {
         self.set(self.get().saturating_add(1));
     }
 
+    /// Adds `n`, never past `u64::MAX`.
+    pub fn add(&self, n: usize) {
+        let n = u64::try_from(n).unwrap_or(u64::MAX);
+        self.set(self.get().saturating_add(n));
+    }
+
     /// Subtracts `n`, never below 0.
     pub fn sub(&self, n: usize) {
         let n = u64::try_from(n).unwrap_or(u64::MAX);

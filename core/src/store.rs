@@ -117,6 +117,39 @@ pub fn settle(store: &mut impl Store, now_ms: i64) -> Result<Vec<Lapsed>, StoreE
     Ok(lapsed)
 }
 
+/// Removes the shared holdings the master found lapsed (`owner`, `token` each, as
+/// [`settle`] returned them), as a replica or the AOF replays them: a holding is
+/// removed only if that owner still holds it with that token. Then, as `settle`
+/// did, the key expires with the last of the others, or is deleted. Returns how
+/// many were removed.
+pub fn remove_lapsed(store: &mut impl Store, lapsed: &[(&[u8], i64)]) -> Result<usize, StoreError> {
+    let ours = |lock: &Lock, (owner, token): &(&[u8], i64)| {
+        lock.mode() == Mode::Shared && lock.token_of(owner, Mode::Shared) == Some(*token)
+    };
+    if !store
+        .lock()
+        .is_some_and(|lock| lapsed.iter().any(|l| ours(lock, l)))
+    {
+        return Ok(0);
+    }
+    // As the master's settle: the holdings first end by a key expiry set by hand.
+    follow_key_expiry(store);
+    let Some(lock) = store.lock_mut() else {
+        return Ok(0);
+    };
+    let mut removed = 0;
+    for held in lapsed {
+        if ours(lock, held) && lock.remove(held.0) {
+            removed += 1;
+        }
+    }
+    match lock.key_expiry(None).filter(|_| !lock.is_empty()) {
+        Some(at) => shared_key_expiry_at(store, at)?,
+        None => done(store.delete())?,
+    }
+    Ok(removed)
+}
+
 /// Adds `owner`'s new holding of `kind` with `token`, expiring at `expires_at`; the
 /// key then expires at `key_expires_at`.
 fn add_holding(

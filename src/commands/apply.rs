@@ -23,7 +23,7 @@ use redis_lock_core::args::parse_apply;
 use redis_lock_core::holdings::SharedHolding;
 use redis_lock_core::owner::Owner;
 use redis_lock_core::store::{self, Store, StoreError};
-use redis_lock_core::{Lock, Mode};
+use redis_lock_core::Lock;
 
 pub const SPEC: Spec = Spec {
     name: c"lock.apply",
@@ -53,8 +53,8 @@ pub fn apply(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     let mut open = OpenKey::write(ctx, key);
     let what = match (request.lapsed, request.shared, request.expires_at) {
         (true, _, _) => {
-            remove_lapsed(&mut open, request.owner, request.token)?;
-            Applied::Lapsed
+            store::remove_lapsed(&mut open, &[(request.owner, request.token)])?;
+            Applied::Lapsed(1)
         }
         (false, true, Some(at)) => {
             let rewritten = request.mark.is_some();
@@ -75,33 +75,6 @@ pub fn apply(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     drop(open);
     propagate::applied(ctx, Arg::Str(key), what);
     Ok(Reply::Ok)
-}
-
-/// Removes `owner`'s shared holding with `token`, as the master did when it lapsed:
-/// the key then expires with the last of the others, or is deleted.
-fn remove_lapsed(open: &mut OpenKey, owner: &[u8], token: i64) -> Result<(), StoreError> {
-    let ours = open
-        .lock()
-        .filter(|lock| lock.mode() == Mode::Shared)
-        .is_some_and(|lock| lock.token_of(owner, Mode::Shared) == Some(token));
-    if !ours {
-        return Ok(());
-    }
-    // As the master's settle: the holdings first end by a key expiry set by hand.
-    store::follow_key_expiry(open);
-    if let Some(lock) = open.lock_mut() {
-        lock.remove(owner);
-    }
-    let rest = open.lock().and_then(|lock| lock.key_expiry(None));
-    let done = match rest {
-        Some(at) if open.lock().is_some_and(|lock| !lock.is_empty()) => open.set_key_expiry(at),
-        _ => open.delete(),
-    };
-    if done {
-        Ok(())
-    } else {
-        Err(StoreError)
-    }
 }
 
 /// Sets `owner`'s shared holding (added, or replacing its token and expiry), then

@@ -8,6 +8,7 @@ pub mod apply;
 mod common;
 pub mod extend;
 pub mod info;
+pub mod lapse;
 pub mod release;
 
 use crate::ffi::command::{Commands, Spec};
@@ -16,7 +17,7 @@ use crate::reply::Reply;
 use common::Handler;
 
 /// How many commands the module has.
-const COMMAND_COUNT: usize = 5;
+const COMMAND_COUNT: usize = 6;
 
 /// Every command of the module, registered in this order ...
 const SPECS: [Spec; COMMAND_COUNT] = [
@@ -25,6 +26,7 @@ const SPECS: [Spec; COMMAND_COUNT] = [
     extend::SPEC,
     info::SPEC,
     apply::SPEC,
+    lapse::SPEC,
 ];
 
 /// ... and their handlers, in the same order.
@@ -34,6 +36,7 @@ const HANDLERS: [Handler; COMMAND_COUNT] = [
     extend::extend,
     info::info,
     apply::apply,
+    lapse::lapse,
 ];
 
 /// The module's commands, as `ffi::command` registers and runs them.

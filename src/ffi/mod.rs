@@ -494,15 +494,37 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// [`Ctx::replicate`] for any shape: every argument made a string, sent as "v".
+    /// [`Ctx::replicate`] for any shape: every argument made a string, sent as "v"
+    /// (on the stack up to 8 arguments).
     fn replicate_vector(self, f: ReplicateFn, command: &CStr, args: &[Arg<'_>]) {
         const MAX: usize = 8;
-        let Some(args) = args.get(..args.len().min(MAX)) else {
+        if args.len() > MAX {
+            let mut argv = vec![ptr::null_mut::<raw::RedisModuleString>(); args.len()];
+            let mut created = vec![false; args.len()];
+            self.replicate_strings(f, command, args, &mut argv, &mut created);
             return;
-        };
+        }
         let mut argv = [ptr::null_mut::<raw::RedisModuleString>(); MAX];
         let mut created = [false; MAX];
-        for (i, arg) in args.iter().enumerate() {
+        let (Some(argv), Some(created)) =
+            (argv.get_mut(..args.len()), created.get_mut(..args.len()))
+        else {
+            return;
+        };
+        self.replicate_strings(f, command, args, argv, created);
+    }
+
+    /// Makes each argument a string in `argv` (`created`: made here, to free), then
+    /// replicates them as "v".
+    fn replicate_strings(
+        self,
+        f: ReplicateFn,
+        command: &CStr,
+        args: &[Arg<'_>],
+        argv: &mut [*mut raw::RedisModuleString],
+        created: &mut [bool],
+    ) {
+        for ((arg, slot), slot_made) in args.iter().zip(argv.iter_mut()).zip(created.iter_mut()) {
             let (string, made) = match arg {
                 Arg::Str(s) => (s.as_ptr(), false),
                 Arg::Bytes(b) => (
@@ -514,12 +536,12 @@ impl<'a> Ctx<'a> {
                     true,
                 ),
             };
+            *slot = string;
+            *slot_made = made;
             if string.is_null() {
-                self.free_strings(&argv, &created);
+                self.free_strings(argv, created);
                 return;
             }
-            argv[i] = string;
-            created[i] = made;
         }
         // SAFETY: format "v" takes a RedisModuleString** and its length; Redis takes
         // its own references to the strings.
@@ -529,10 +551,10 @@ impl<'a> Ctx<'a> {
                 command.as_ptr(),
                 c"v".as_ptr(),
                 argv.as_mut_ptr(),
-                args.len(),
+                argv.len(),
             )
         };
-        self.free_strings(&argv, &created);
+        self.free_strings(argv, created);
     }
 
     fn free_strings(self, argv: &[*mut raw::RedisModuleString], created: &[bool]) {

@@ -25,10 +25,8 @@ fn settle_shared(ctx: Ctx, open: &mut OpenKey, key: Arg<'_>) {
     let Ok(lapsed) = store::settle(open, ctx.now_ms()) else {
         return;
     };
-    for (owner, token) in &lapsed {
-        propagate::lapsed(ctx, key, Arg::Bytes(owner), *token);
-        MODULE.stats.expirations.incr();
-    }
+    propagate::lapsed(ctx, key, &lapsed);
+    MODULE.stats.expirations.add(lapsed.len());
 }
 
 /// When the earliest shared holding of the open key lapses (see
