@@ -5,16 +5,38 @@
 
 use std::ffi::CStr;
 
+use crate::ffi::datatype;
 use crate::state::MODULE;
 
-/// `(field name, value)` pairs of the INFO section; Redis prefixes them with `lock_`.
-pub fn info_fields() -> impl Iterator<Item = (&'static CStr, i64)> {
-    MODULE
+/// `(field name, value)` pairs of the INFO section; Redis prefixes them with `lock_`:
+/// the counters, the gauges (`locks` in the keyspace, `keys_with_waiters`), the
+/// token high-water mark, then the wait histogram (see `Stats::fields`).
+pub fn info_fields() -> Vec<(&'static CStr, i64)> {
+    let keys_with_waiters = MODULE
+        .with(|live| live.queues.keys_waited_on())
+        .unwrap_or(0);
+    let gauges = [
+        (c"locks", datatype::values()),
+        (
+            c"keys_with_waiters",
+            i64::try_from(keys_with_waiters).unwrap_or(i64::MAX),
+        ),
+        (c"last_token", MODULE.mint.high_water()),
+    ];
+    let mut fields: Vec<(&'static CStr, i64)> = MODULE
         .stats
         .fields()
         .into_iter()
         .map(|(name, value)| (name, i64::try_from(value).unwrap_or(i64::MAX)))
-        .chain(std::iter::once((c"last_token", MODULE.mint.high_water())))
+        .collect();
+    // The gauges after the counters, before the histogram: INFO readers that read
+    // the counters by position keep them where they were.
+    let counters = fields
+        .iter()
+        .position(|(name, _)| name.to_bytes().starts_with(b"wait_ms"));
+    let at = counters.unwrap_or(fields.len());
+    fields.splice(at..at, gauges);
+    fields
 }
 
 /// The warning to log when `maxmemory-policy` is `policy`, if that policy can evict

@@ -708,3 +708,46 @@ fn waiters_behind_a_departed_head_are_granted_at_once() {
     let bound = Duration::from_millis(if slow_server() { 200 } else { 25 });
     assert!(median < bound, "median delay {median:?} of {delays:?}");
 }
+
+#[test]
+fn info_shows_the_locks_held_the_keys_waited_on_and_how_long_granted_waiters_waited() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire(&mut con, "job", "holder", 60_000).unwrap();
+    acquire(&mut con, "other", "holder", 60_000).unwrap();
+    let shared: Option<i64> = query(
+        &mut con,
+        &["LOCK.ACQUIRE", "doc", "reader", "60000", "SHARED"],
+    )
+    .unwrap();
+    assert!(shared.is_some());
+    assert_eq!(lock_stat(&mut con, "locks"), 3);
+    assert_eq!(lock_stat(&mut con, "keys_with_waiters"), 0);
+    let first = waiter(&server, "job", "first", 10_000);
+    wait_for_waiters(&mut con, "job", 1);
+    let second = waiter(&server, "job", "second", 10_000);
+    wait_for_waiters(&mut con, "job", 2);
+    assert_eq!(lock_stat(&mut con, "keys_with_waiters"), 1);
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(release(&mut con, "job", "holder"), 1);
+    assert!(first.join().unwrap().is_some());
+    assert_eq!(release(&mut con, "job", "first"), 1);
+    assert!(second.join().unwrap().is_some());
+    assert_eq!(lock_stat(&mut con, "keys_with_waiters"), 0);
+    // Both waited at least 300 ms, neither a minute.
+    assert_eq!(lock_stat(&mut con, "wait_ms_count"), 2);
+    assert_eq!(lock_stat(&mut con, "wait_ms_le_100"), 0);
+    assert_eq!(lock_stat(&mut con, "wait_ms_le_60000"), 2);
+    assert_eq!(lock_stat(&mut con, "wait_ms_le_inf"), 2);
+    assert!(lock_stat(&mut con, "wait_ms_sum") >= 600);
+    // Every way a lock leaves the keyspace counts it out.
+    assert_eq!(lock_stat(&mut con, "locks"), 3);
+    let _: i64 = query(&mut con, &["DEL", "other"]).unwrap();
+    assert_eq!(lock_stat(&mut con, "locks"), 2);
+    let _: () = query(&mut con, &["RENAME", "doc", "doc2"]).unwrap();
+    assert_eq!(lock_stat(&mut con, "locks"), 2);
+    assert_eq!(release(&mut con, "job", "second"), 1);
+    assert_eq!(lock_stat(&mut con, "locks"), 1);
+    let _: () = query(&mut con, &["FLUSHALL"]).unwrap();
+    assert_eq!(lock_stat(&mut con, "locks"), 0);
+}

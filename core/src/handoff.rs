@@ -231,6 +231,7 @@ mod tests {
             ttl: 1000,
             kind,
             deadline: None,
+            queued_at: 0,
         }
     }
 
@@ -327,6 +328,7 @@ mod tests {
             b"k",
             Waiter {
                 deadline: Some(NOW - 1),
+                queued_at: 0,
                 ..waiter(1, "late", W)
             },
         );
@@ -419,6 +421,7 @@ mod tests {
             b"k",
             Waiter {
                 deadline: Some(NOW),
+                queued_at: 0,
                 ..waiter(3, "c", W)
             },
         );

@@ -29,6 +29,8 @@ pub struct Waiter<W> {
     pub kind: Kind,
     /// When its WAIT times out (Unix ms); `None` waits without limit.
     pub deadline: Option<i64>,
+    /// When it joined the queue (Unix ms).
+    pub queued_at: i64,
 }
 
 impl<W> Waiter<W> {
@@ -250,6 +252,11 @@ impl<W: Copy + Eq + Hash> Queues<W> {
     }
 
     /// Keys with waiters in `db`, or in every database for `None`.
+    /// How many keys have waiters now, over every database.
+    pub fn keys_waited_on(&self) -> usize {
+        self.by_db.values().map(HashMap::len).sum()
+    }
+
     pub fn keys(&self, db: Option<i32>) -> Vec<(i32, Box<[u8]>)> {
         self.by_db
             .iter()
@@ -283,12 +290,14 @@ mod tests {
             ttl: 1000,
             kind: Kind::Exclusive,
             deadline: None,
+            queued_at: 0,
         }
     }
 
     fn waiter_until(handle: u32, owner: &str, deadline: i64) -> Waiter<u32> {
         Waiter {
             deadline: Some(deadline),
+            queued_at: 0,
             ..waiter(handle, owner)
         }
     }

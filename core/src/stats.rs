@@ -27,7 +27,74 @@ pub struct Stats {
     pub wait_timeouts: Counter,
     /// Locks handed to a waiter when they freed.
     pub hand_offs: Counter,
+    /// How long each granted waiter waited, from joining the queue to its grant.
+    pub wait_ms: Histogram,
 }
+
+/// A distribution of durations in milliseconds, as Prometheus keeps one: a count per
+/// bucket (reported cumulatively, each bucket counting every duration at most its
+/// bound), the sum and the count. O(1) per observation.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    buckets: [Counter; BUCKETS_MS.len() + 1],
+    sum: Counter,
+}
+
+/// The buckets' upper bounds in ms; one more bucket takes the rest (`+Inf`).
+pub const BUCKETS_MS: [i64; 11] = [1, 5, 10, 50, 100, 500, 1_000, 5_000, 10_000, 30_000, 60_000];
+
+impl Histogram {
+    pub const fn new() -> Self {
+        Histogram {
+            buckets: [const { Counter::new() }; BUCKETS_MS.len() + 1],
+            sum: Counter::new(),
+        }
+    }
+
+    /// Counts one duration (a negative one, from a clock that went back, as 0).
+    pub fn observe(&self, ms: i64) {
+        let ms = ms.max(0);
+        let bucket = BUCKETS_MS
+            .iter()
+            .position(|&bound| ms <= bound)
+            .unwrap_or(BUCKETS_MS.len());
+        if let Some(counter) = self.buckets.get(bucket) {
+            counter.incr();
+        }
+        self.sum.add(usize::try_from(ms).unwrap_or(usize::MAX));
+    }
+
+    /// The cumulative count of each bucket, `+Inf` last (the total count).
+    pub fn cumulative(&self) -> [u64; BUCKETS_MS.len() + 1] {
+        let mut total = 0u64;
+        let mut out = [0; BUCKETS_MS.len() + 1];
+        for (slot, bucket) in out.iter_mut().zip(&self.buckets) {
+            total = total.saturating_add(bucket.get());
+            *slot = total;
+        }
+        out
+    }
+
+    pub fn sum(&self) -> u64 {
+        self.sum.get()
+    }
+}
+
+/// The INFO names of the wait histogram's fields: one per bucket, then sum and count.
+const WAIT_MS_FIELDS: [&CStr; BUCKETS_MS.len() + 1] = [
+    c"wait_ms_le_1",
+    c"wait_ms_le_5",
+    c"wait_ms_le_10",
+    c"wait_ms_le_50",
+    c"wait_ms_le_100",
+    c"wait_ms_le_500",
+    c"wait_ms_le_1000",
+    c"wait_ms_le_5000",
+    c"wait_ms_le_10000",
+    c"wait_ms_le_30000",
+    c"wait_ms_le_60000",
+    c"wait_ms_le_inf",
+];
 
 /// A counter that can go up and, for gauges such as `waiters`, down.
 ///
@@ -85,12 +152,14 @@ impl Stats {
             waiters: Counter::new(),
             wait_timeouts: Counter::new(),
             hand_offs: Counter::new(),
+            wait_ms: Histogram::new(),
         }
     }
 
-    /// The counters as `(INFO field name, value)`, in a stable order.
-    pub fn fields(&self) -> [(&'static CStr, u64); 10] {
-        [
+    /// The counters as `(INFO field name, value)`, in a stable order, then the wait
+    /// histogram (`wait_ms_le_<bound>` cumulative, `wait_ms_sum`, `wait_ms_count`).
+    pub fn fields(&self) -> Vec<(&'static CStr, u64)> {
+        let counters = [
             (c"acquisitions", self.acquisitions.get()),
             (c"refreshes", self.refreshes.get()),
             (c"contended", self.contended.get()),
@@ -101,7 +170,17 @@ impl Stats {
             (c"waiters", self.waiters.get()),
             (c"wait_timeouts", self.wait_timeouts.get()),
             (c"hand_offs", self.hand_offs.get()),
-        ]
+        ];
+        let waits = self.wait_ms.cumulative();
+        let count = waits.last().copied().unwrap_or(0);
+        counters
+            .into_iter()
+            .chain(WAIT_MS_FIELDS.into_iter().zip(waits))
+            .chain([
+                (c"wait_ms_sum", self.wait_ms.sum()),
+                (c"wait_ms_count", count),
+            ])
+            .collect()
     }
 }
 
@@ -118,5 +197,23 @@ mod tests {
         let fields = stats.fields();
         assert!(fields.contains(&(c"releases", 2)));
         assert!(fields.contains(&(c"waiters", 0)));
+    }
+
+    #[test]
+    fn waits_fall_in_cumulative_buckets_with_their_sum_and_count() {
+        let stats = Stats::new();
+        for ms in [0, 1, 2, 700, 120_000, -5] {
+            stats.wait_ms.observe(ms);
+        }
+        let fields = stats.fields();
+        let field = |name: &CStr| fields.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
+        assert_eq!(field(c"wait_ms_le_1"), Some(3));
+        assert_eq!(field(c"wait_ms_le_5"), Some(4));
+        assert_eq!(field(c"wait_ms_le_500"), Some(4));
+        assert_eq!(field(c"wait_ms_le_1000"), Some(5));
+        assert_eq!(field(c"wait_ms_le_60000"), Some(5));
+        assert_eq!(field(c"wait_ms_le_inf"), Some(6));
+        assert_eq!(field(c"wait_ms_count"), Some(6));
+        assert_eq!(field(c"wait_ms_sum"), Some(120_703));
     }
 }

@@ -27,6 +27,7 @@ fuzz_target!(|data: &[u8]| {
                         ttl: 1,
                         kind: Kind::Exclusive,
                         deadline: None,
+                        queued_at: 0,
                     },
                 );
             }

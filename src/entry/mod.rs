@@ -168,7 +168,7 @@ impl Events for ServerEvents {
 
     fn info() -> Vec<(&'static CStr, i64)> {
         fault::check_info();
-        observe::info_fields().collect()
+        observe::info_fields()
     }
 }
 

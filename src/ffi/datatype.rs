@@ -5,7 +5,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicPtr, Ordering};
 
 use redis_lock_core::Lock;
 use redis_module::raw;
@@ -38,6 +38,22 @@ pub trait LockType: 'static {
     fn aux_value() -> i64;
     /// Reads it back; false refuses the RDB.
     fn aux_load(io: &ModuleIo, encver: c_int) -> bool;
+}
+
+/// How many values of the type Redis holds: one more for each stored (a write, an
+/// RDB or RESTORE load), one less for each freed. Atomic: Redis frees values in a
+/// background thread after `FLUSHALL ASYNC`.
+static VALUES: AtomicI64 = AtomicI64::new(0);
+
+/// How many locks the keyspace holds now (every database; a lock whose holdings
+/// all lapsed counts until Redis or the module removes it).
+pub fn values() -> i64 {
+    VALUES.load(Ordering::Relaxed).max(0)
+}
+
+/// One more value stored.
+pub(super) fn value_stored() {
+    VALUES.fetch_add(1, Ordering::Relaxed);
 }
 
 /// The type handle Redis gave at registration (see [`create_type`]), null before.
@@ -101,6 +117,7 @@ unsafe fn as_lock<'a>(value: *const c_void) -> Option<&'a Lock> {
 
 /// Stores `lock` as a value Redis owns (given back to [`free`]).
 pub(super) fn into_value(lock: Lock) -> *mut c_void {
+    value_stored();
     Box::into_raw(Box::new(lock)).cast::<c_void>()
 }
 
@@ -154,7 +171,12 @@ extern "C" fn free(value: *mut c_void) {
     // A panic while dropping leaks the value: better than an aborted server.
     // SAFETY: every value of our type was made by `into_value` (a `Box<Lock>`), and
     // Redis frees each exactly once.
-    guarded((), || drop(unsafe { take_payload::<Lock>(value) }))
+    guarded((), || {
+        if let Some(lock) = unsafe { take_payload::<Lock>(value) } {
+            VALUES.fetch_sub(1, Ordering::Relaxed);
+            drop(lock);
+        }
+    })
 }
 
 extern "C" fn unlink2<T: LockType>(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {

@@ -117,6 +117,7 @@ impl<'c> OpenKey<'c> {
             drop(unsafe { Box::from_raw(value) });
             return false;
         }
+        super::datatype::value_stored();
         self.value = Ok(value.cast::<c_void>());
         self.expiry.set(Some(None));
         self.modified = true;

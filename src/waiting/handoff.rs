@@ -68,7 +68,7 @@ pub fn hand_off_refusing(ctx: Ctx, db: i32, key: &[u8], refusal: Option<Refusal>
     let (expiry, lapse) = (open.expires_at(), next_lapse(&open));
     drop(open);
     let granted = !step.grants.is_empty();
-    answer(ctx, db, key, step);
+    answer(ctx, db, key, step, now);
     watch_expiry(ctx, db, key, expiry);
     watch_lapse(ctx, db, key, lapse);
     granted
@@ -112,7 +112,7 @@ fn out_of_memory_for(ctx: Ctx, open: &OpenKey, db: i32, key: &[u8]) -> Option<Re
 
 /// Tells replicas, subscribers and INFO about a planned and stored hand-off step,
 /// and answers its waiters.
-fn answer(ctx: Ctx, db: i32, key: &[u8], step: HandOff<Client>) {
+fn answer(ctx: Ctx, db: i32, key: &[u8], step: HandOff<Client>, now: i64) {
     // The key as a string, made once for every grant's propagation and event.
     let key_string = (!step.grants.is_empty())
         .then(|| OwnedString::new(key))
@@ -134,6 +134,7 @@ fn answer(ctx: Ctx, db: i32, key: &[u8], step: HandOff<Client>) {
             propagate::expiry(ctx, key_arg, owner, token, at, at, mode);
         }
         for woken in grant.waiters {
+            stats.wait_ms.observe(now.saturating_sub(woken.queued_at));
             MODULE.with(|w| w.in_flight.insert(woken.handle, (db, key.into(), token)));
             woken.handle.answer(Outcome::Token(token));
         }

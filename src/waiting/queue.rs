@@ -37,6 +37,7 @@ pub fn enqueue(ctx: Ctx, key: &[u8], request: Request<'_>, deadlines: Deadlines)
         ttl: request.ttl,
         kind: request.kind,
         deadline: request.timeout_ms.map(|ms| now.saturating_add(ms)),
+        queued_at: now,
     };
     if MODULE.with(|w| w.queues.push(db, key, waiter)).is_none() {
         // Never answered otherwise: a client left blocked for good.

@@ -227,6 +227,7 @@ impl World {
                                     ttl,
                                     kind,
                                     deadline: timeout.map(|ms| now.saturating_add(ms)),
+                                    queued_at: 0,
                                 },
                             );
                         }
