@@ -423,3 +423,39 @@ fn a_vanished_waiter_that_does_not_fit_holds_up_one_that_would_until_its_place_l
     );
     handle.join().unwrap();
 }
+
+#[test]
+fn a_foreign_key_at_the_heads_grant_list_does_not_fail_a_shortening_extend() {
+    // The head's wake-up after a shortening extend or refresh is a push to its
+    // grant list; a key of another type there must not turn the extend, already
+    // written, into an error (SPEC "Errors": an error changes nothing).
+    let (_server, mut con) = library_server(Config::default());
+    assert!(LIB
+        .acquire(&mut con, "f", "holder", 60_000, &[])
+        .unwrap()
+        .is_some());
+    assert_eq!(wait_once(&mut con, "f", "next", 2000, &[]).0, 0);
+    let list = "f{f}:lockg:next";
+    let _: () = redis::cmd("SET")
+        .arg(list)
+        .arg("theirs")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(LIB.extend(&mut con, "f", "holder", 5000), 1);
+    assert!(LIB.info(&mut con, "f").unwrap().ttl <= 5000);
+    let refreshed = LIB.acquire(&mut con, "f", "holder", 4000, &[]).unwrap();
+    assert!(refreshed.is_some());
+    let (kind, value, ttl): (String, String, i64) = redis::pipe()
+        .cmd("TYPE")
+        .arg(list)
+        .cmd("GET")
+        .arg(list)
+        .cmd("PTTL")
+        .arg(list)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        (kind.as_str(), value.as_str(), ttl),
+        ("string", "theirs", -1)
+    );
+}
