@@ -124,8 +124,9 @@ def test_a_waiter_on_the_library_sends_at_most_one_command_a_second() -> None:
         time.sleep(6.0)
         sent = _calls(client, "fcall", "blpop") - before
         elapsed = time.monotonic() - start_at
-        # One command a second, and one more for a window that starts mid-cycle.
-        assert sent <= int(elapsed) + 1, f"{sent} commands in {elapsed:.1f} s"
+        # One command a second, and a renewal (two commands) more for a window whose
+        # ends cut cycles (a cycle can last 2 s and a few microseconds).
+        assert sent <= int(elapsed) + 2, f"{sent} commands in {elapsed:.1f} s"
         assert waiter.token is None and thread.is_alive()
         holder.release()
         thread.join(timeout=10)
