@@ -461,3 +461,40 @@ fn a_foreign_key_at_the_heads_grant_list_does_not_fail_a_shortening_extend() {
         ("string", "theirs", -1)
     );
 }
+
+#[test]
+fn a_del_or_a_pexpire_by_hand_is_seen_within_a_lease() {
+    // PROTOCOL.md "Bounds": no server timer sees a DEL or a TTL set by hand; the
+    // waiter's next renewal does, at most a lease (2 s by default) later.
+    let (server, mut con) = library_server(Config::default());
+    let (done, granted) = mpsc::channel();
+    for (key, by_hand) in [
+        ("del", ["DEL", "del", ""]),
+        ("pexpire", ["PEXPIRE", "pexpire", "100"]),
+    ] {
+        assert!(LIB
+            .acquire(&mut con, key, "holder", 60_000, &[])
+            .unwrap()
+            .is_some());
+        let handle = spawn_waiter(
+            &server,
+            &mut con,
+            WaitRequest::new(key, "next", 60_000),
+            &done,
+        );
+        let args: Vec<&str> = by_hand.into_iter().filter(|a| !a.is_empty()).collect();
+        let _: i64 = redis::cmd(args[0]).arg(&args[1..]).query(&mut con).unwrap();
+        let changed = Instant::now();
+        let (owner, token, at) = granted
+            .recv_timeout(Duration::from_secs(10))
+            .expect("granted");
+        assert_eq!((owner.as_str(), token.is_some()), ("next", true));
+        let delay = at.duration_since(changed);
+        eprintln!("{} by hand seen after {delay:?}", args[0]);
+        assert!(
+            delay <= Duration::from_millis(2000 + 700),
+            "{key}: {delay:?}"
+        );
+        handle.join().unwrap();
+    }
+}
