@@ -134,7 +134,7 @@ fuzz: deps
 	HOSTILE_CALLS=1000000 $(CARGO) test --release --test hostile -- --nocapture
 
 # Benchmarks against plain Redis on a server of its own; writes bench/RESULTS.md.
-bench: deps
+bench: deps $(VENV)/.installed
 	bench/run.sh
 
 # Against the locks users would pick instead (redis-py's Lock, python-redis-lock,

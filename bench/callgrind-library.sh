@@ -3,7 +3,10 @@
 # function library (lua/redislock.lua, through FCALL and through EVALSHA) against
 # the module and against what redis-py's `Lock` runs today (SET NX PX to acquire, its
 # own Lua scripts to extend and release). All on one server, in one run. Prints a
-# Markdown table; used by bench/run.sh.
+# Markdown table; used by bench/run.sh. Two more rows are the library's own waiting
+# protocol, which has no counterpart in one command of the others: a waiter's
+# renewal of its place (once per lease, 2 s, while the lock stays held), and a
+# release that hands the lock to a queued waiter (the grant pushed to its list).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -71,3 +74,16 @@ row "release by the owner" \
   "$(instructions "$lib_held" "FCALL lock_release 1 k:%012d $OWNER")" \
   "$(instructions "$lib_held" "EVALSHA $lib_sha 1 k:%012d lock_release $OWNER")" \
   "$(instructions "$py_held" "EVALSHA $py_release 1 k:%012d $OWNER")"
+
+# The waiting protocol: a place queued behind the holder (its LEASE long enough to
+# outlive the setup under valgrind).
+queued="$lib_held\r\nFCALL lock_wait 1 k:%012d $OTHER 100000 LEASE 60000"
+lib_row() { # step fcall evalsha
+  echo "| $1 | n/a | $2 | $3 | n/a | | |"
+}
+lib_row "a waiter renews its place (lock_wait, held key)" \
+  "$(instructions "$queued" "FCALL lock_wait 1 k:%012d $OTHER 100000 LEASE 60000")" \
+  "$(instructions "$queued" "EVALSHA $lib_sha 1 k:%012d lock_wait $OTHER 100000 LEASE 60000")"
+lib_row "release handing off to a queued waiter" \
+  "$(instructions "$queued" "FCALL lock_release 1 k:%012d $OWNER")" \
+  "$(instructions "$queued" "EVALSHA $lib_sha 1 k:%012d lock_release $OWNER")"

@@ -66,6 +66,17 @@ tmp="$(mktemp)"
   echo
   bench/callgrind-library.sh
   echo
+  echo "## Hand-off on the function library"
+  echo
+  echo "A waiter in the Python client's \`Lock.acquire()\` on a plain redis-server with"
+  echo "the library loaded, beside the module (each on a server of its own, started by"
+  echo "python/bench/handoff.py): from the holder's release, or from its expiry, to"
+  echo "\`acquire()\` returning. On the library a waiter claims a lapse when its BLPOP times"
+  echo "out, which an idle Redis 7.0 notices at the next tick of its cron: up to"
+  echo "1000/hz ms late."
+  echo
+  (cd python && ../target/venv/bin/python bench/handoff.py --rounds 200)
+  echo
   echo "## Exclusive locks against the module before shared holdings"
   echo
   echo "The same instruction counts for the module at a7dec23, before holdings were"

@@ -40,8 +40,15 @@ local EXACT = 9007199254740992
 -- Tokens per millisecond of the clock floor, as the module's.
 local TOKENS_PER_MS = 1000
 -- A queue place's lease when the waiter names none, and the largest it may name.
+-- The lease is both how often a waiter renews its place (one lock_wait and one
+-- BLPOP per lease: one command a second by default, SPEC "Without the module") and
+-- how long a grant pushed to it stays uncollected (at most the lease).
 local DEFAULT_LEASE_MS = 2000
 local MAX_LEASE_MS = 60000
+-- A place outlives its renewal by a quarter of its lease, so a renewal that comes a
+-- little late keeps it: BLPOP times out in the event loop, up to 1000/hz ms late
+-- (100 ms at the default hz 10), and the waiter's own machine may be slow to run it.
+local PLACE_GRACE_DIVISOR = 4
 -- How long the token mark outlives the lock's last grant, release or queue change.
 local MARK_KEEP_MS = 3600000
 
@@ -513,8 +520,13 @@ local function wake_head(state, before, after)
     local head = state.queue.places[1]
     if head and after < before then
         local list = grant_key(state.key, head.owner)
-        redis.call('RPUSH', list, '0')
-        redis.call('PEXPIREAT', list, int(head.lease_until))
+        -- The wake-up only hastens the head: a key of another type at the list's
+        -- name (someone else's) must not fail the call after its writes (SPEC
+        -- "Errors"); the head then asks again at its renewal.
+        local pushed = redis.pcall('RPUSH', list, '0')
+        if type(pushed) == 'number' then
+            redis.call('PEXPIREAT', list, int(head.lease_until))
+        end
     end
 end
 
@@ -747,11 +759,11 @@ local function lock_version(keys, args)
 end
 
 -- When the caller, queued, should call lock_wait again at the latest: at its
--- renewal (half its place's lease), at the first holding's expiry (to claim the
--- lapsed lock), or when the place ahead of it lapses unless renewed (a vanished
--- waiter). At least 1 ms.
+-- renewal (one lease from now; its place lasts a grace longer), at the first
+-- holding's expiry (to claim the lapsed lock), or when the place ahead of it lapses
+-- unless renewed (a vanished waiter). At least 1 ms.
 local function wake_in(state, place, index)
-    local at = state.now + math.floor(place.lease / 2)
+    local at = state.now + place.lease
     for _, h in ipairs(state.lock.holders) do
         if live(h.expires, state.now) then
             at = math.min(at, h.expires + 1)
@@ -804,6 +816,7 @@ local function lock_wait(keys, args)
     place.lease, place.ttl = request.lease, request.ttl
     place.shared, place.limit = request.shared, request.limit
     place.lease_until = state.now + request.lease
+        + math.ceil(request.lease / PLACE_GRACE_DIVISOR)
     store_queue(state, {
         'w:' .. request.owner,
         table.concat({ int(place.seq), int(place.lease_until), int(place.lease),

@@ -181,16 +181,7 @@ fn a_holding_shortened_by_extend_wakes_the_head_of_the_queue() {
 /// Joins the queue as `owner` with a place lease of `lease_ms`, once, and never
 /// calls again: a waiter killed or cut off.
 fn vanish(con: &mut Connection, key: &str, owner: &str, lease_ms: i64) {
-    let lease = lease_ms.to_string();
-    let (token, _, _): (i64, i64, String) = LIB
-        .cmd(
-            "lock_wait",
-            Some(key),
-            &[owner.as_bytes(), b"60000", b"LEASE", lease.as_bytes()],
-        )
-        .query(con)
-        .unwrap();
-    assert_eq!(token, 0);
+    assert_eq!(wait_once(con, key, owner, lease_ms, &[]).0, 0);
 }
 
 #[test]
@@ -205,12 +196,11 @@ fn a_vanished_waiter_delays_the_next_by_at_most_its_lease() {
         .is_some());
     vanish(&mut con, "k", "killed", LEASE);
     let (done, granted) = mpsc::channel();
-    let handle = spawn_waiter(
-        &server,
-        &mut con,
-        WaitRequest::new("k", "next", 60_000),
-        &done,
-    );
+    // The next waiter renews with the same lease: it wakes within a lease of the
+    // release, when the grant nobody collects has ended.
+    let mut request = WaitRequest::new("k", "next", 60_000);
+    request.lease_ms = Some(LEASE);
+    let handle = spawn_waiter(&server, &mut con, request, &done);
     let released = Instant::now();
     assert_eq!(LIB.release(&mut con, "k", "holder"), 1);
     let info = LIB.info(&mut con, "k").unwrap();
@@ -291,4 +281,220 @@ fn a_timed_out_waiter_leaves_and_never_holds() {
         .query(&mut con)
         .unwrap();
     assert_eq!(cancelled, 0);
+}
+
+/// Calls of `command` so far (`INFO commandstats`), 0 before the first.
+fn calls(con: &mut Connection, command: &str) -> u64 {
+    info_field(con, "commandstats", &format!("cmdstat_{command}"))
+        .and_then(|stat| {
+            stat.split(',')
+                .find_map(|part| part.strip_prefix("calls=")?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_waiter_sends_at_most_one_command_a_second_while_the_lock_stays_held() {
+    // SPEC "Without the module": no client polls while a lock stays held beyond
+    // renewing its place, at most one command a second. Three waiters with the
+    // default lease behind a holder that keeps renewing (as a client does, its
+    // holding always ends more than a lease ahead) for 8 s.
+    const WAITERS: usize = 3;
+    const SECONDS: u64 = 8;
+    let (server, mut con) = library_server(Config::default());
+    assert!(LIB
+        .acquire(&mut con, "busy", "holder", 4000, &[])
+        .unwrap()
+        .is_some());
+    let (done, granted) = mpsc::channel();
+    let handles: Vec<_> = (0..WAITERS)
+        .map(|i| {
+            let request = WaitRequest::new("busy", &format!("waiter-{i}"), 60_000);
+            spawn_waiter(&server, &mut con, request, &done)
+        })
+        .collect();
+    let extend = |con: &mut Connection| assert_eq!(LIB.extend(con, "busy", "holder", 4000), 1);
+    // Past the first renewals, which the waiters' arrival times leave out of step.
+    for _ in 0..3 {
+        thread::sleep(Duration::from_secs(1));
+        extend(&mut con);
+    }
+    let (fcall, blpop) = (calls(&mut con, "fcall"), calls(&mut con, "blpop"));
+    let start = Instant::now();
+    let mut extends = 0;
+    while start.elapsed() < Duration::from_secs(SECONDS) {
+        thread::sleep(Duration::from_secs(1));
+        extend(&mut con);
+        extends += 1;
+    }
+    let sent = calls(&mut con, "fcall") - fcall - extends + calls(&mut con, "blpop") - blpop;
+    let elapsed = start.elapsed().as_secs_f64();
+    eprintln!(
+        "{WAITERS} waiters sent {sent} commands in {elapsed:.1} s while the lock stayed held"
+    );
+    assert!(
+        granted.try_recv().is_err(),
+        "no waiter is granted meanwhile"
+    );
+    // One command a second each, and a renewal (two commands) more for a window
+    // whose ends cut cycles: BLPOP times out at the server's cron ticks, so a
+    // cycle can last 2 s and a few microseconds, and five renewals fit in 8.0 s.
+    assert!(
+        sent <= WAITERS as u64 * (elapsed.floor() as u64 + 2),
+        "{sent} commands from {WAITERS} waiters in {elapsed:.1} s"
+    );
+    assert_eq!(waiters(&mut con, "busy"), WAITERS as i64);
+    let mut holder = "holder".to_string();
+    for _ in 0..WAITERS {
+        assert_eq!(LIB.release(&mut con, "busy", &holder), 1);
+        holder = granted.recv_timeout(Duration::from_secs(10)).unwrap().0;
+    }
+    for handle in handles {
+        handle.join().unwrap();
+    }
+}
+
+/// One `lock_wait` as `owner` with a place lease of `lease_ms` and `mode`: the
+/// token (0 when queued) and the wake-up time.
+fn wait_once(
+    con: &mut Connection,
+    key: &str,
+    owner: &str,
+    lease_ms: i64,
+    mode: &[&str],
+) -> (i64, i64) {
+    let lease = lease_ms.to_string();
+    let mut args: Vec<&[u8]> = vec![owner.as_bytes(), b"60000"];
+    args.extend(mode.iter().map(|m| m.as_bytes()));
+    args.extend([&b"LEASE"[..], lease.as_bytes()]);
+    let (token, wake_ms, _): (i64, i64, String) =
+        LIB.cmd("lock_wait", Some(key), &args).query(con).unwrap();
+    (token, wake_ms)
+}
+
+#[test]
+fn a_renewal_that_comes_a_little_late_keeps_its_place() {
+    let (_server, mut con) = library_server(Config::default());
+    const LEASE: i64 = 1000;
+    assert!(LIB
+        .acquire(&mut con, "late", "holder", 60_000, &[])
+        .unwrap()
+        .is_some());
+    let (token, wake_ms) = wait_once(&mut con, "late", "first", LEASE, &[]);
+    assert_eq!((token, wake_ms), (0, LEASE), "renew one lease from now");
+    wait_once(&mut con, "late", "second", LEASE, &[]);
+    // `first` renews 150 ms after it was told to (a BLPOP timed out late, a slow
+    // client); `second` renewed meanwhile, which drops lapsed places.
+    thread::sleep(Duration::from_millis(LEASE as u64 + 150));
+    wait_once(&mut con, "late", "second", LEASE, &[]);
+    assert_eq!(waiters(&mut con, "late"), 2);
+    assert_eq!(wait_once(&mut con, "late", "first", LEASE, &[]).0, 0);
+    assert_eq!(LIB.release(&mut con, "late", "holder"), 1);
+    assert_eq!(LIB.info(&mut con, "late").unwrap().owner, b"first");
+}
+
+#[test]
+fn a_vanished_waiter_that_does_not_fit_holds_up_one_that_would_until_its_place_lapses() {
+    // Readers hold the lock; a writer queued (it does not fit) vanishes; a reader
+    // behind it would fit but queues behind it (FIFO across modes). It is granted
+    // when the writer's place lapses: a lease and its grace (a quarter of the
+    // lease) after the writer's last renewal.
+    let (server, mut con) = library_server(Config::default());
+    const LEASE: i64 = 1000;
+    assert!(LIB
+        .acquire(&mut con, "rw", "reader-0", 60_000, &["SHARED"])
+        .unwrap()
+        .is_some());
+    let vanished = Instant::now();
+    assert_eq!(wait_once(&mut con, "rw", "writer", LEASE, &[]).0, 0);
+    let (done, granted) = mpsc::channel();
+    let mut request = WaitRequest::new("rw", "reader-1", 60_000);
+    request.mode = vec!["SHARED".into()];
+    request.lease_ms = Some(LEASE);
+    let handle = spawn_waiter(&server, &mut con, request, &done);
+    let (owner, token, at) = granted
+        .recv_timeout(Duration::from_secs(10))
+        .expect("granted");
+    assert_eq!((owner.as_str(), token.is_some()), ("reader-1", true));
+    let delay = at.duration_since(vanished);
+    eprintln!("a vanished writer with a {LEASE} ms lease held up a reader for {delay:?}");
+    assert!(delay >= Duration::from_millis(LEASE as u64), "{delay:?}");
+    assert!(
+        delay <= Duration::from_millis(LEASE as u64 * 5 / 4 + 700),
+        "{delay:?}"
+    );
+    handle.join().unwrap();
+}
+
+#[test]
+fn a_foreign_key_at_the_heads_grant_list_does_not_fail_a_shortening_extend() {
+    // The head's wake-up after a shortening extend or refresh is a push to its
+    // grant list; a key of another type there must not turn the extend, already
+    // written, into an error (SPEC "Errors": an error changes nothing).
+    let (_server, mut con) = library_server(Config::default());
+    assert!(LIB
+        .acquire(&mut con, "f", "holder", 60_000, &[])
+        .unwrap()
+        .is_some());
+    assert_eq!(wait_once(&mut con, "f", "next", 2000, &[]).0, 0);
+    let list = "f{f}:lockg:next";
+    let _: () = redis::cmd("SET")
+        .arg(list)
+        .arg("theirs")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(LIB.extend(&mut con, "f", "holder", 5000), 1);
+    assert!(LIB.info(&mut con, "f").unwrap().ttl <= 5000);
+    let refreshed = LIB.acquire(&mut con, "f", "holder", 4000, &[]).unwrap();
+    assert!(refreshed.is_some());
+    let (kind, value, ttl): (String, String, i64) = redis::pipe()
+        .cmd("TYPE")
+        .arg(list)
+        .cmd("GET")
+        .arg(list)
+        .cmd("PTTL")
+        .arg(list)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        (kind.as_str(), value.as_str(), ttl),
+        ("string", "theirs", -1)
+    );
+}
+
+#[test]
+fn a_del_or_a_pexpire_by_hand_is_seen_within_a_lease() {
+    // PROTOCOL.md "Bounds": no server timer sees a DEL or a TTL set by hand; the
+    // waiter's next renewal does, at most a lease (2 s by default) later.
+    let (server, mut con) = library_server(Config::default());
+    let (done, granted) = mpsc::channel();
+    for (key, by_hand) in [
+        ("del", ["DEL", "del", ""]),
+        ("pexpire", ["PEXPIRE", "pexpire", "100"]),
+    ] {
+        assert!(LIB
+            .acquire(&mut con, key, "holder", 60_000, &[])
+            .unwrap()
+            .is_some());
+        let handle = spawn_waiter(
+            &server,
+            &mut con,
+            WaitRequest::new(key, "next", 60_000),
+            &done,
+        );
+        let args: Vec<&str> = by_hand.into_iter().filter(|a| !a.is_empty()).collect();
+        let _: i64 = redis::cmd(args[0]).arg(&args[1..]).query(&mut con).unwrap();
+        let changed = Instant::now();
+        let (owner, token, at) = granted
+            .recv_timeout(Duration::from_secs(10))
+            .expect("granted");
+        assert_eq!((owner.as_str(), token.is_some()), ("next", true));
+        let delay = at.duration_since(changed);
+        eprintln!("{} by hand seen after {delay:?}", args[0]);
+        assert!(
+            delay <= Duration::from_millis(2000 + 700),
+            "{key}: {delay:?}"
+        );
+        handle.join().unwrap();
+    }
 }

@@ -100,3 +100,37 @@ def test_a_writer_is_not_starved_by_a_stream_of_readers(client: redis.Redis) -> 
         for thread in threads:
             thread.join(5)
     assert readers_together[0] >= 2, "the readers never held it together"
+
+
+def _calls(client: redis.Redis, *commands: str) -> int:
+    stats = client.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{command}", {}).get("calls", 0)) for command in commands)
+
+
+def test_a_waiter_on_the_library_sends_at_most_one_command_a_second() -> None:
+    # SPEC "Without the module": while the lock stays held, a waiter only renews its
+    # place, at most one command a second. The client follows the library's wake_ms.
+    server = RedisServer(kind="functions")
+    try:
+        client = server.client()
+        holder = Lock(client, "job", ttl=60.0)  # renewed at 20 s: not in the window
+        assert holder.acquire()
+        waiter = Lock(client, "job", ttl=60.0)
+        thread = threading.Thread(target=waiter.acquire)
+        thread.start()
+        wait_until(partial(queued, client, 1), limit=10)
+        time.sleep(2.5)  # past the first renewal
+        before, start_at = _calls(client, "fcall", "blpop"), time.monotonic()
+        time.sleep(6.0)
+        sent = _calls(client, "fcall", "blpop") - before
+        elapsed = time.monotonic() - start_at
+        # One command a second, and a renewal (two commands) more for a window whose
+        # ends cut cycles (a cycle can last 2 s and a few microseconds).
+        assert sent <= int(elapsed) + 2, f"{sent} commands in {elapsed:.1f} s"
+        assert waiter.token is None and thread.is_alive()
+        holder.release()
+        thread.join(timeout=10)
+        assert waiter.token is not None
+        waiter.release()
+    finally:
+        server.stop()
