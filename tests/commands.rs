@@ -335,3 +335,48 @@ fn key_specs_route_the_key_argument() {
     assert!(text.contains("readonly") && text.contains("write") && text.contains("denyoom"));
     assert!(text.contains("fast"));
 }
+
+#[test]
+fn command_docs_describe_every_argument_as_for_built_in_commands() {
+    let server = Server::start();
+    let mut con = server.connection();
+    let docs: Value = query(
+        &mut con,
+        &["COMMAND", "DOCS", "LOCK.ACQUIRE", "LOCK.INFO", "LOCK.APPLY"],
+    )
+    .unwrap();
+    let text = format!("{docs:?}");
+    for word in [
+        "owner",
+        "ttl",
+        "SHARED",
+        "LIMIT",
+        "WAIT",
+        "timeout",
+        "O(n) for n holdings",
+        "Internal",
+    ] {
+        assert!(
+            text.contains(word),
+            "{word} missing from COMMAND DOCS: {text}"
+        );
+    }
+    // COMMAND GETKEYS uses the key spec; the arguments do not change it.
+    let keys: Vec<String> = query(
+        &mut con,
+        &[
+            "COMMAND",
+            "GETKEYS",
+            "LOCK.ACQUIRE",
+            "job",
+            "me",
+            "100",
+            "LIMIT",
+            "3",
+            "WAIT",
+            "10",
+        ],
+    )
+    .unwrap();
+    assert_eq!(keys, ["job"]);
+}

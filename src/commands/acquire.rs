@@ -1,7 +1,7 @@
 //! `LOCK.ACQUIRE key owner ttl [SHARED | LIMIT n] [WAIT timeout]`
 
 use super::common::{key_and_rest, lock_in, MAX_ARGS};
-use crate::ffi::command::{KeyAccess, Spec};
+use crate::ffi::command::{KeyAccess, Param, ParamKind, Spec};
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Argv, Ctx};
 use crate::propagate;
@@ -23,6 +23,32 @@ pub const SPEC: Spec = Spec {
     acl_categories: c"write blocking",
     key_access: KeyAccess::ReadWrite,
     summary: c"Takes a holding of the lock at key for owner with a TTL (exclusive, SHARED, or one of LIMIT n) and replies with its fencing token; null while it cannot be granted, or with WAIT, queues until it can.",
+    complexity: c"O(log n) for n holdings of the key (O(1) for an exclusive lock)",
+    params: &[
+        Param::new(c"key", ParamKind::Key),
+        Param::new(c"owner", ParamKind::String),
+        Param::new(c"ttl", ParamKind::Integer),
+        Param {
+            optional: true,
+            parts: &[
+                Param {
+                    token: Some(c"SHARED"),
+                    ..Param::new(c"shared", ParamKind::PureToken)
+                },
+                Param {
+                    token: Some(c"LIMIT"),
+                    ..Param::new(c"limit", ParamKind::Integer)
+                },
+            ],
+            ..Param::new(c"mode", ParamKind::OneOf)
+        },
+        Param {
+            token: Some(c"WAIT"),
+            optional: true,
+            ..Param::new(c"timeout", ParamKind::Integer)
+        },
+    ],
+    history: &[],
 };
 
 pub fn acquire(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {

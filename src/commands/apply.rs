@@ -13,7 +13,7 @@
 //! `-@admin` alone would not stop it there.
 
 use super::common::{key_and_rest, MAX_ARGS};
-use crate::ffi::command::{KeyAccess, Spec};
+use crate::ffi::command::{KeyAccess, Param, ParamKind, Spec};
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Argv, Ctx};
 use crate::propagate::{self, Applied};
@@ -32,7 +32,34 @@ pub const SPEC: Spec = Spec {
     arity: -4,
     acl_categories: c"write admin dangerous",
     key_access: KeyAccess::Overwrite,
-    summary: c"Stores a holding with the given owner, token and absolute expiry (replication and AOF only).",
+    summary: c"Internal: the replication form of a grant, a new expiry or a lapse, stored as given. Refused from every client; only the replication stream and AOF loading run it.",
+    complexity: c"O(log n) for n holdings of the key",
+    params: &[
+        Param::new(c"key", ParamKind::Key),
+        Param::new(c"owner", ParamKind::String),
+        Param::new(c"token", ParamKind::Integer),
+        Param {
+            token: Some(c"PXAT"),
+            optional: true,
+            ..Param::new(c"unix-time-milliseconds", ParamKind::UnixTime)
+        },
+        Param {
+            token: Some(c"SHARED"),
+            optional: true,
+            ..Param::new(c"shared", ParamKind::PureToken)
+        },
+        Param {
+            token: Some(c"LAPSED"),
+            optional: true,
+            ..Param::new(c"lapsed", ParamKind::PureToken)
+        },
+        Param {
+            token: Some(c"MARK"),
+            optional: true,
+            ..Param::new(c"mark", ParamKind::Integer)
+        },
+    ],
+    history: &[],
 };
 
 /// What a client that calls LOCK.APPLY gets.

@@ -1,7 +1,7 @@
 //! `LOCK.EXTEND key owner ttl`
 
 use super::common::{key_and_rest, lock_in, MAX_ARGS};
-use crate::ffi::command::{KeyAccess, Spec};
+use crate::ffi::command::{KeyAccess, Param, ParamKind, Spec};
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Argv, Ctx};
 use crate::reply::Reply;
@@ -19,6 +19,13 @@ pub const SPEC: Spec = Spec {
     acl_categories: c"write fast",
     key_access: KeyAccess::ReadWrite,
     summary: c"Sets the remaining TTL of owner's holding of the lock at key: 1, else 0. Never re-creates an expired holding.",
+    complexity: c"O(log n) for n holdings of the key (O(1) for an exclusive lock)",
+    params: &[
+        Param::new(c"key", ParamKind::Key),
+        Param::new(c"owner", ParamKind::String),
+        Param::new(c"ttl", ParamKind::Integer),
+    ],
+    history: &[],
 };
 
 pub fn extend(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {

@@ -1,7 +1,7 @@
 //! `LOCK.INFO key`
 
 use super::common::{key_and_rest, lock_in, MAX_ARGS};
-use crate::ffi::command::{KeyAccess, Spec};
+use crate::ffi::command::{KeyAccess, Param, ParamKind, Spec};
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Argv, Ctx};
 use crate::reply::{HolderInfo, LockInfo, Reply};
@@ -14,6 +14,9 @@ pub const SPEC: Spec = Spec {
     acl_categories: c"read fast",
     key_access: KeyAccess::Read,
     summary: c"Describes the lock at key (mode, holders with owner, ttl and token, waiters), or null when it is free.",
+    complexity: c"O(n) for n holdings of the key",
+    params: &[Param::new(c"key", ParamKind::Key)],
+    history: &[],
 };
 
 pub fn info(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {

@@ -8,7 +8,7 @@
 //! Like LOCK.APPLY, accepted only where a master's decision is replayed (the
 //! replication stream, AOF loading), whatever the client's ACL.
 
-use crate::ffi::command::{KeyAccess, Spec};
+use crate::ffi::command::{KeyAccess, Param, ParamKind, Spec};
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Argv, Ctx, RString};
 use crate::propagate::{self, Applied};
@@ -22,7 +22,20 @@ pub const SPEC: Spec = Spec {
     arity: -4,
     acl_categories: c"write admin dangerous",
     key_access: KeyAccess::ReadWrite,
-    summary: c"Removes shared holdings that lapsed on the master (replication and AOF only).",
+    summary: c"Internal: the replication form of shared holdings that lapsed together on the master. Refused from every client; only the replication stream and AOF loading run it.",
+    complexity: c"O(k log n) for k lapsed of n holdings",
+    params: &[
+        Param::new(c"key", ParamKind::Key),
+        Param {
+            multiple: true,
+            parts: &[
+                Param::new(c"owner", ParamKind::String),
+                Param::new(c"token", ParamKind::Integer),
+            ],
+            ..Param::new(c"holding", ParamKind::Block)
+        },
+    ],
+    history: &[],
 };
 
 /// What a client that calls LOCK.LAPSE gets.

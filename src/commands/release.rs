@@ -1,7 +1,7 @@
 //! `LOCK.RELEASE key owner`
 
 use super::common::{key_and_rest, lock_in, MAX_ARGS};
-use crate::ffi::command::{KeyAccess, Spec};
+use crate::ffi::command::{KeyAccess, Param, ParamKind, Spec};
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Argv, Ctx};
 use crate::propagate;
@@ -22,6 +22,12 @@ pub const SPEC: Spec = Spec {
     acl_categories: c"write fast",
     key_access: KeyAccess::ReadWrite,
     summary: c"Ends owner's holding of the lock at key: 1, else 0.",
+    complexity: c"O(log n) for n holdings of the key (O(1) for an exclusive lock)",
+    params: &[
+        Param::new(c"key", ParamKind::Key),
+        Param::new(c"owner", ParamKind::String),
+    ],
+    history: &[],
 };
 
 pub fn release(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {

@@ -35,6 +35,105 @@ pub struct Spec {
     /// ACL categories, set where Redis lets modules set them (7.2 and later).
     pub acl_categories: &'static CStr,
     pub summary: &'static CStr,
+    pub complexity: &'static CStr,
+    /// Its arguments after the command name, for `COMMAND DOCS` (and redis-cli's
+    /// hints), as built-in commands declare theirs.
+    pub params: &'static [Param],
+    /// `(version, what changed)`, oldest first.
+    pub history: &'static [(&'static CStr, &'static CStr)],
+}
+
+/// One argument of a command, as `COMMAND DOCS` shows it.
+pub struct Param {
+    pub name: &'static CStr,
+    pub kind: ParamKind,
+    /// The word that introduces it (`WAIT` of `WAIT timeout`), if any.
+    pub token: Option<&'static CStr>,
+    pub optional: bool,
+    /// It may repeat.
+    pub multiple: bool,
+    /// Its parts, for `OneOf` and `Block`.
+    pub parts: &'static [Param],
+}
+
+/// What an argument is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamKind {
+    Key,
+    String,
+    Integer,
+    UnixTime,
+    /// A word alone (`SHARED`).
+    PureToken,
+    /// One of its parts.
+    OneOf,
+    /// Its parts together.
+    Block,
+}
+
+impl Param {
+    /// A required argument without a token.
+    pub const fn new(name: &'static CStr, kind: ParamKind) -> Param {
+        Param {
+            name,
+            kind,
+            token: None,
+            optional: false,
+            multiple: false,
+            parts: &[],
+        }
+    }
+}
+
+/// The C form of `params`, with the arrays it points into kept in `arena` until
+/// Redis copied them (at `SetCommandInfo`). Each array ends with an all-zero entry.
+fn c_params(
+    params: &[Param],
+    arena: &mut Vec<Vec<raw::RedisModuleCommandArg>>,
+) -> *mut raw::RedisModuleCommandArg {
+    if params.is_empty() {
+        return ptr::null_mut();
+    }
+    let mut out = Vec::with_capacity(params.len() + 1);
+    for (index, param) in params.iter().enumerate() {
+        let subargs = c_params(param.parts, arena);
+        let kind = match param.kind {
+            ParamKind::Key => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
+            ParamKind::String => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+            ParamKind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+            ParamKind::UnixTime => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_UNIX_TIME,
+            ParamKind::PureToken => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+            ParamKind::OneOf => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
+            ParamKind::Block => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
+        };
+        let mut flags = 0;
+        if param.optional {
+            flags |= raw::REDISMODULE_CMD_ARG_OPTIONAL;
+        }
+        if param.multiple {
+            flags |= raw::REDISMODULE_CMD_ARG_MULTIPLE;
+        }
+        // SAFETY: all-zero means "not given" for every pointer of an argument.
+        let mut arg: raw::RedisModuleCommandArg = unsafe { std::mem::zeroed() };
+        arg.name = param.name.as_ptr();
+        arg.type_ = kind;
+        // The one key is the command's first key spec; other arguments name none.
+        arg.key_spec_index = if param.kind == ParamKind::Key && index == 0 {
+            0
+        } else {
+            -1
+        };
+        arg.token = param.token.map_or(ptr::null(), CStr::as_ptr);
+        arg.flags = flags as c_int;
+        arg.subargs = subargs;
+        out.push(arg);
+    }
+    // SAFETY: as above; the all-zero entry ends the array.
+    out.push(unsafe { std::mem::zeroed() });
+    let pointer = out.as_mut_ptr();
+    // Moving the vector into the arena leaves its buffer where it is.
+    arena.push(out);
+    pointer
 }
 
 /// A table of commands: the caller's, run by index.
@@ -149,12 +248,29 @@ pub fn register<C: Commands>(ctx: Ctx) -> Result<(), String> {
         info.version = &COMMAND_INFO_VERSION;
         info.summary = command.summary.as_ptr();
         info.since = c"0.1.0".as_ptr();
-        info.complexity = c"O(1)".as_ptr();
+        info.complexity = command.complexity.as_ptr();
         info.arity = command.arity;
         info.key_specs = specs.as_mut_ptr();
+        let mut arena = Vec::new();
+        info.args = c_params(command.params, &mut arena);
+        let mut history: Vec<raw::RedisModuleCommandHistoryEntry> = command
+            .history
+            .iter()
+            .map(|(since, changes)| raw::RedisModuleCommandHistoryEntry {
+                since: since.as_ptr(),
+                changes: changes.as_ptr(),
+            })
+            .collect();
+        if !history.is_empty() {
+            history.push(raw::RedisModuleCommandHistoryEntry {
+                since: ptr::null(),
+                changes: ptr::null(),
+            });
+            info.history = history.as_mut_ptr();
+        }
         // Redis copies everything it needs from `info` before returning.
         if call!(RedisModule_SetCommandInfo(handle, &info) else ERR) != OK {
-            return Err(format!("could not set the key spec of {name}"));
+            return Err(format!("could not set the command info of {name}"));
         }
         // Redis 7.0 has no way for a module to put its commands in ACL categories;
         // 7.2 and later do.
