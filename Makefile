@@ -1,11 +1,12 @@
 # redis-lock: `make run` starts redis-server with the module; `make test` runs every test.
 # Both install what is missing (redis-server, redis-tools, libclang-dev, python3-venv,
-# redis-py; the Python tools into target/venv) when run as root, and otherwise say
+# prometheus-redis-exporter for the metrics test, redis-py; the Python tools into
+# target/venv) when run as root, and otherwise say
 # what to install.
 
 CARGO     ?= cargo
 MODULE    := target/release/libredis_lock.so
-DEBS      := redis-server redis-tools redis-sentinel libclang-dev python3-venv
+DEBS      := redis-server redis-tools redis-sentinel libclang-dev python3-venv prometheus-redis-exporter
 PYTHON    ?= python3
 
 .PHONY: all build run test test-servers python-test bench bench-peers demo memcheck fuzz torture failover deps lint clean
