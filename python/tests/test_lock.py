@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
 
@@ -26,6 +28,20 @@ def test_a_lock_is_granted_with_a_token_and_released(client: redis.Redis) -> Non
     assert lock.release() is True
     assert lock_info(client, "job") is None
     assert lock.token is None
+
+
+def test_the_default_owner_says_which_host_and_process_holds(client: redis.Redis) -> None:
+    lock = Lock(client, "job")
+    assert lock.acquire()
+    owner = lock.owner
+    assert owner is not None
+    host, pid, rest = owner.split(":")
+    assert host == socket.gethostname()[:64] and pid == str(os.getpid())
+    assert len(rest) == 16 and int(rest, 16) >= 0
+    lock.release()
+    assert lock.acquire()
+    assert lock.owner != owner, "a fresh owner per acquire"
+    lock.release()
 
 
 @pytest.mark.scripts
