@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod handoff;
 pub mod holdings;
 pub mod owner;
+pub mod protocol;
 pub mod queue;
 pub mod rules;
 pub mod shared;
