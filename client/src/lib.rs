@@ -45,10 +45,12 @@
 #![deny(missing_docs)]
 
 mod aio;
+mod backend;
 mod connector;
 mod error;
 mod lease;
 mod lock;
+mod machine;
 mod redlock;
 mod renew;
 mod request;
@@ -56,10 +58,12 @@ mod sentinel;
 mod sync;
 
 pub use aio::{AsyncLockCommands, AsyncLockGuard};
+pub use backend::{function_load, library_script, Backend, LIBRARY_SOURCE};
 pub use connector::{Connector, LockClient, WAIT_MARGIN};
 pub use error::{Error, Result};
 pub use lease::{margin, LockLost};
 pub use lock::{Holder, Lock, LockInfo, Mode, Owner};
+pub use redis_lock_core::protocol::LIBRARY_VERSION;
 pub use redlock::{MultiLock, Redlock};
 pub use renew::{AsyncRenewer, Renewer, STOP_LIMIT};
 pub use request::{Durable, Request, Retry, Wait, MAX_MILLIS, MAX_PERMITS};

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::{lock_stat, Config, Server};
 use redis::AsyncConnectionConfig;
 use redis_lock_client::{
-    AsyncLockCommands, Error, LockClient, LockCommands, Renewer, Request, Wait,
+    AsyncLockCommands, Backend, Error, LockClient, LockCommands, Renewer, Request, Wait,
 };
 
 const TTL: Duration = Duration::from_secs(30);
@@ -235,11 +235,19 @@ fn a_server_without_the_module_is_a_clear_error() {
     let error = con.acquire_with(durable.clone()).unwrap_err();
     assert!(matches!(error, Error::ModuleNotLoaded(_)), "{error:?}");
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let locks = LockClient::new(server.client());
+    let locks = LockClient::new(server.client()).backend(Some(Backend::Module));
     for request in [Request::new("job", TTL), durable] {
         let error = runtime.block_on(locks.acquire_with(request)).unwrap_err();
-        assert!(matches!(error, Error::ModuleNotLoaded(_)), "{error:?}");
+        assert!(matches!(error, Error::NoBackend(_)), "{error:?}");
+        assert!(error.to_string().contains("no module"), "{error}");
     }
+    // Left to find a backend, the client takes the library as a script.
+    let locks = LockClient::new(server.client());
+    let lock = runtime
+        .block_on(locks.acquire("job", TTL, Wait::No))
+        .unwrap()
+        .unwrap();
+    assert_eq!(lock.backend(), Backend::Scripts);
 }
 
 #[test]
