@@ -158,7 +158,13 @@ pub trait LockCommands: ConnectionLike + Sized {
         ttl: Duration,
         wait: Wait,
     ) -> Result<Option<LockGuard<'_, Self>>> {
-        let lock = self.acquire_with(Request::new(key, ttl).wait(wait))?;
+        self.lock_guard_with(Request::new(key, ttl).wait(wait))
+    }
+
+    /// [`lock_guard`](Self::lock_guard) for any [`Request`]: a backend, a mode, a
+    /// given owner.
+    fn lock_guard_with(&mut self, request: Request) -> Result<Option<LockGuard<'_, Self>>> {
+        let lock = self.acquire_with(request)?;
         Ok(lock.map(|lock| LockGuard {
             con: self,
             lock,
@@ -192,7 +198,16 @@ pub trait LockCommands: ConnectionLike + Sized {
         ttl: Duration,
         work: impl FnOnce(&Lock, &mut Self) -> T,
     ) -> Result<Option<Locked<T>>> {
-        let Some(guard) = self.lock_guard(key, ttl, Wait::No)? else {
+        self.run_locked_with(Request::new(key, ttl), work)
+    }
+
+    /// [`run_locked`](Self::run_locked) for any [`Request`].
+    fn run_locked_with<T>(
+        &mut self,
+        request: Request,
+        work: impl FnOnce(&Lock, &mut Self) -> T,
+    ) -> Result<Option<Locked<T>>> {
+        let Some(guard) = self.lock_guard_with(request)? else {
             return Ok(None);
         };
         let value = work(&guard.lock, guard.con);
