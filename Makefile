@@ -8,7 +8,7 @@ MODULE    := target/release/libredis_lock.so
 DEBS      := redis-server redis-tools redis-sentinel libclang-dev python3-venv
 PYTHON    ?= python3
 
-.PHONY: all build run test test-servers python-test bench bench-peers demo memcheck fuzz torture failover deps lint clean
+.PHONY: all build run test test-library test-library-scripts test-servers python-test bench bench-peers demo memcheck fuzz torture failover deps lint clean
 
 all: build
 
@@ -51,7 +51,30 @@ run: build
 test: deps
 	$(CARGO) build
 	$(CARGO) test --workspace
+	$(MAKE) test-library
 	$(MAKE) python-test
+
+# The client's and the CLI's suites again, on a plain redis-server with the
+# redislock function library instead of the module (REDIS_LOCK_BACKEND, see
+# testkit's lock_server): the test files whose servers follow the backend. Then
+# the client's core suites through EVALSHA on Redis 6.2 (REDIS62_SERVER, by default
+# /opt/servers/bin/redis-6.2.16; skipped, saying so, where there is none). The
+# whole client matrix on 6.2: `make test-library-scripts`.
+LIBRARY_SUITES := --test client --test demo --test durable --test errors --test kinds \
+	--test lease --test run_locked --test tracing --test waits
+REDIS62_SERVER ?= /opt/servers/bin/redis-6.2.16
+test-library: deps
+	REDIS_LOCK_BACKEND=functions $(CARGO) test -p redis-lock-client $(LIBRARY_SUITES)
+	REDIS_LOCK_BACKEND=functions $(CARGO) test -p redis-lock-cli --test cli --test supervision
+	$(MAKE) test-library-scripts LIBRARY_SUITES="--test client --test kinds --test run_locked --test waits"
+
+test-library-scripts: deps
+	@if [ -x "$(REDIS62_SERVER)" ]; then \
+	  echo REDIS_LOCK_BACKEND=scripts REDIS62_SERVER=$(REDIS62_SERVER) $(CARGO) test -p redis-lock-client $(LIBRARY_SUITES); \
+	  REDIS_LOCK_BACKEND=scripts REDIS62_SERVER=$(REDIS62_SERVER) $(CARGO) test -p redis-lock-client $(LIBRARY_SUITES); \
+	else \
+	  echo "skipped: the scripts backend on Redis 6.2 ($(REDIS62_SERVER) is missing; set REDIS62_SERVER)"; \
+	fi
 
 # The Python client (python/): ruff, mypy --strict and pytest, in a virtual
 # environment of the project's own (target/venv), made and filled when missing or

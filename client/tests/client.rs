@@ -548,3 +548,89 @@ async fn a_wait_on_its_own_connection_outlasts_the_default_timeout_and_cancels_c
         assert_eq!(lock_stat(&mut server.connection(), "hand_offs"), 1);
     }
 }
+
+/// `NOSCRIPT` (a restart, `SCRIPT FLUSH`, a failover to a node that never saw the
+/// script) loads the library again and sends the call once more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scripts_backend_loads_the_library_again_after_a_script_flush() {
+    let server = Server::with(Config::default().without_module());
+    let flush = || {
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query(&mut server.connection())
+            .unwrap();
+    };
+    let locks = LockClient::new(server.client()).backend(Some(Backend::Scripts));
+    flush();
+    let lock = locks.acquire("job", TTL, Wait::No).await.unwrap().unwrap();
+    assert_eq!(lock.backend(), Backend::Scripts);
+    flush();
+    assert!(locks.extend(&lock, TTL).await.unwrap());
+    flush();
+    let info = locks.lock_info("job").await.unwrap().unwrap();
+    assert_eq!(info.owner, lock.owner());
+    flush();
+    assert!(locks.release(&lock).await.unwrap());
+}
+
+/// A library older than the client is refused before any lock call, naming both
+/// versions; a server with nothing at all says what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_library_or_none_is_a_clear_error() {
+    let server = Server::with(Config::default().without_module());
+    let old = common::library_source().replace("local VERSION = 1", "local VERSION = 0");
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(old)
+        .query(&mut server.connection())
+        .unwrap();
+    let locks = LockClient::new(server.client());
+    let error = locks.acquire("job", TTL, Wait::No).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::LibraryTooOld {
+                found: 0,
+                wanted: 1
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("version 0"), "{error}");
+    assert!(error.to_string().contains("version 1"), "{error}");
+    assert!(
+        locks.load_library().await.unwrap() >= 1,
+        "functions load upgrades it"
+    );
+    let locks = LockClient::new(server.client());
+    let lock = locks.acquire("job", TTL, Wait::No).await.unwrap().unwrap();
+    assert_eq!(lock.backend(), Backend::Functions);
+
+    // No FUNCTION, no EVALSHA for this user: one line that says what to do.
+    let mut admin = server.connection();
+    let acl = [
+        "SETUSER",
+        "app",
+        "on",
+        "nopass",
+        "~*",
+        "+@all",
+        "-function",
+        "-fcall",
+        "-fcall_ro",
+        "-evalsha",
+        "-eval",
+        "-script",
+    ];
+    let _: () = redis::cmd("ACL").arg(&acl[..]).query(&mut admin).unwrap();
+    let port = server.port;
+    let app = redis::Client::open(format!("redis://app:secret@127.0.0.1:{port}/")).unwrap();
+    let error = LockClient::new(app)
+        .acquire("job2", TTL, Wait::No)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::NoBackend(_)), "{error:?}");
+    let text = error.to_string();
+    assert!(text.contains("redis-lock functions load"), "{text}");
+    assert_eq!(text.lines().count(), 1, "{text}");
+}
