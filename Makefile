@@ -123,14 +123,16 @@ memcheck: deps
 	tests/memcheck/check-logs $(MEMCHECK_LOGS)
 
 # Worker processes, killed workers, killed servers, paused holders (torture/), for
-# exclusive locks, semaphores and read-write locks in turn.
+# exclusive locks, semaphores and read-write locks in turn, on the module and then on
+# the redislock function library (a plain server, FCALL).
 TORTURE_SECONDS ?= 60
 TORTURE_MODES ?= exclusive semaphore rw
+TORTURE_BACKENDS ?= module functions
 torture: build
-	for mode in $(TORTURE_MODES); do \
+	for backend in $(TORTURE_BACKENDS); do for mode in $(TORTURE_MODES); do \
 	  $(CARGO) run --release -p lock-torture -- run --seconds $(TORTURE_SECONDS) \
-	    --mode $$mode --module $(CURDIR)/$(MODULE) || exit 1; \
-	done
+	    --mode $$mode --backend $$backend --module $(CURDIR)/$(MODULE) || exit 1; \
+	done; done
 
 # Locks through real failovers (failover/): a master and two replicas with the module,
 # three redis-sentinels, 12 workers through Sentinel; the master killed, stopped and
