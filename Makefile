@@ -139,11 +139,14 @@ torture: build
 # partitioned, replicas restarted; plain, durable and bounded (min-replicas-*) modes,
 # FAILOVER_SECONDS each. The summary goes to stdout and bench/FAILOVER.md. The module
 # is the release build; the harness the debug one, which `make test` has built already
-# (its work is waiting on sockets).
+# (its work is waiting on sockets). Then the same on plain servers with the redislock
+# function library (bench/FAILOVER-functions.md).
 FAILOVER_SECONDS ?= 75
 failover: build
 	$(CARGO) run -p lock-failover -- run --seconds $(FAILOVER_SECONDS) \
 	  --module $(CURDIR)/$(MODULE) --write bench/FAILOVER.md
+	$(CARGO) run -p lock-failover -- run --seconds $(FAILOVER_SECONDS) --backend functions \
+	  --write bench/FAILOVER-functions.md
 
 # Hostile input: the cargo-fuzz targets in fuzz/ (argument parsing, waiter queues,
 # lock rules and tokens; FUZZ_SECONDS each, with AddressSanitizer), then a million
