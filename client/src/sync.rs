@@ -74,7 +74,13 @@ pub(crate) fn release_on(io: &mut impl Transport, lock: &Lock) -> Result<bool> {
 /// A blocking connection is used by one thread at a time, so a wait on it holds up
 /// only its caller. Its read timeout must be longer than the wait (a plain
 /// connection has none unless set); otherwise the acquire fails with
-/// [`Error::ResponseTimeout`] and withdraws the request.
+/// [`Error::ResponseTimeout`] and withdraws the request. That read timeout is also
+/// the only bound of the wait when the server hangs: a
+/// [`BlockingLockClient`](crate::BlockingLockClient) sets it for every wait.
+///
+/// These methods speak to the module unless told otherwise: a [`Request::backend`],
+/// [`lock_info_with`](Self::lock_info_with); [`detect_backend`](Self::detect_backend)
+/// asks the server what it offers.
 ///
 /// ```no_run
 /// use std::time::Duration;
