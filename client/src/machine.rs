@@ -132,6 +132,8 @@ impl<M: Machine> Scripted<M> {
     }
 }
 
+/// `NOSCRIPT`, also as a pipeline's failure (a durable acquire): redis-rs gives a
+/// pipeline's error the code of its first failed command.
 fn is_noscript(reply: &RedisResult<Value>) -> bool {
     matches!(reply, Err(error) if error.code() == Some("NOSCRIPT"))
 }
@@ -565,7 +567,8 @@ impl Acquire {
         }
         // Whatever BLPOP returns (a token, a wake-up, nothing), the next lock_wait
         // says whether the owner holds: the popped value is not trusted alone.
-        let ms = block.as_millis().max(1);
+        // Redis 6.2 reads "0.001" as 0.999 ms, truncated to 0: BLPOP's "forever".
+        let ms = block.as_millis().max(2);
         let seconds = format!("{}.{:03}", ms / 1000, ms % 1000);
         let mut cmd = redis::cmd("BLPOP");
         cmd.arg(list).arg(seconds);
@@ -782,6 +785,17 @@ mod tests {
         }
         let lock = lock.unwrap().unwrap();
         assert_eq!((lock.token(), lock.backend()), (42, Backend::Functions));
+    }
+
+    #[test]
+    fn a_blpop_never_asks_for_a_timeout_that_redis_6_2_reads_as_forever() {
+        let asked = request()
+            .backend(Backend::Scripts)
+            .wait(Duration::from_secs(10));
+        let replies = vec![wait_reply(0, 1), Ok(Value::Nil), wait_reply(7, 0)];
+        let (sent, lock) = converse(Acquire::new(asked).unwrap(), replies);
+        assert_eq!(sent[1].0, ["BLPOP", "job{job}:lockg:me", "0.002"]);
+        assert!(lock.unwrap().is_some());
     }
 
     #[test]

@@ -634,3 +634,18 @@ async fn an_older_library_or_none_is_a_clear_error() {
     assert!(text.contains("redis-lock functions load"), "{text}");
     assert_eq!(text.lines().count(), 1, "{text}");
 }
+
+/// A durable acquire is a pipeline: its `NOSCRIPT` is reloaded and retried too.
+#[test]
+fn a_durable_acquire_through_scripts_survives_a_script_flush() {
+    let server = Server::with(Config::default().without_module());
+    let mut con = server.connection();
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut con).unwrap();
+    let request = Request::new("job", TTL)
+        .durable(0, Duration::from_millis(10))
+        .backend(Backend::Scripts);
+    let lock = redis_lock_client::LockCommands::acquire_with(&mut con, request)
+        .unwrap()
+        .expect("granted");
+    assert_eq!(lock.backend(), Backend::Scripts);
+}
