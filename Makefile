@@ -9,7 +9,7 @@ MODULE    := target/release/libredis_lock.so
 DEBS      := redis-server redis-tools redis-sentinel libclang-dev python3-venv prometheus-redis-exporter
 PYTHON    ?= python3
 
-.PHONY: all build run test test-servers python-test bench bench-peers demo memcheck fuzz torture failover deps lint clean
+.PHONY: all build run test test-library test-library-scripts test-servers python-test bench bench-peers demo memcheck fuzz torture failover deps lint clean
 
 all: build
 
@@ -52,7 +52,30 @@ run: build
 test: deps
 	$(CARGO) build
 	$(CARGO) test --workspace
+	$(MAKE) test-library
 	$(MAKE) python-test
+
+# The client's and the CLI's suites again, on a plain redis-server with the
+# redislock function library instead of the module (REDIS_LOCK_BACKEND, see
+# testkit's lock_server): the test files whose servers follow the backend. Then
+# the client's core suites through EVALSHA on Redis 6.2 (REDIS62_SERVER, by default
+# /opt/servers/bin/redis-6.2.16; skipped, saying so, where there is none). The
+# whole client matrix on 6.2: `make test-library-scripts`.
+LIBRARY_SUITES := --test client --test demo --test durable --test errors --test kinds \
+	--test lease --test run_locked --test tracing --test waits
+REDIS62_SERVER ?= /opt/servers/bin/redis-6.2.16
+test-library: deps
+	REDIS_LOCK_BACKEND=functions $(CARGO) test -p redis-lock-client $(LIBRARY_SUITES)
+	REDIS_LOCK_BACKEND=functions $(CARGO) test -p redis-lock-cli --test cli --test supervision
+	$(MAKE) test-library-scripts LIBRARY_SUITES="--test client --test kinds --test run_locked --test waits"
+
+test-library-scripts: deps
+	@if [ -x "$(REDIS62_SERVER)" ]; then \
+	  echo REDIS_LOCK_BACKEND=scripts REDIS62_SERVER=$(REDIS62_SERVER) $(CARGO) test -p redis-lock-client $(LIBRARY_SUITES); \
+	  REDIS_LOCK_BACKEND=scripts REDIS62_SERVER=$(REDIS62_SERVER) $(CARGO) test -p redis-lock-client $(LIBRARY_SUITES); \
+	else \
+	  echo "skipped: the scripts backend on Redis 6.2 ($(REDIS62_SERVER) is missing; set REDIS62_SERVER)"; \
+	fi
 
 # The Python client (python/): ruff, mypy --strict and pytest, in a virtual
 # environment of the project's own (target/venv), made and filled when missing or
@@ -101,25 +124,30 @@ memcheck: deps
 	tests/memcheck/check-logs $(MEMCHECK_LOGS)
 
 # Worker processes, killed workers, killed servers, paused holders (torture/), for
-# exclusive locks, semaphores and read-write locks in turn.
+# exclusive locks, semaphores and read-write locks in turn, on the module and then on
+# the redislock function library (a plain server, FCALL).
 TORTURE_SECONDS ?= 60
 TORTURE_MODES ?= exclusive semaphore rw
+TORTURE_BACKENDS ?= module functions
 torture: build
-	for mode in $(TORTURE_MODES); do \
+	for backend in $(TORTURE_BACKENDS); do for mode in $(TORTURE_MODES); do \
 	  $(CARGO) run --release -p lock-torture -- run --seconds $(TORTURE_SECONDS) \
-	    --mode $$mode --module $(CURDIR)/$(MODULE) || exit 1; \
-	done
+	    --mode $$mode --backend $$backend --module $(CURDIR)/$(MODULE) || exit 1; \
+	done; done
 
 # Locks through real failovers (failover/): a master and two replicas with the module,
 # three redis-sentinels, 12 workers through Sentinel; the master killed, stopped and
 # partitioned, replicas restarted; plain, durable and bounded (min-replicas-*) modes,
 # FAILOVER_SECONDS each. The summary goes to stdout and bench/FAILOVER.md. The module
 # is the release build; the harness the debug one, which `make test` has built already
-# (its work is waiting on sockets).
+# (its work is waiting on sockets). Then the same on plain servers with the redislock
+# function library (bench/FAILOVER-functions.md).
 FAILOVER_SECONDS ?= 75
 failover: build
 	$(CARGO) run -p lock-failover -- run --seconds $(FAILOVER_SECONDS) \
 	  --module $(CURDIR)/$(MODULE) --write bench/FAILOVER.md
+	$(CARGO) run -p lock-failover -- run --seconds $(FAILOVER_SECONDS) --backend functions \
+	  --write bench/FAILOVER-functions.md
 
 # Hostile input: the cargo-fuzz targets in fuzz/ (argument parsing, waiter queues,
 # lock rules and tokens; FUZZ_SECONDS each, with AddressSanitizer), then a million

@@ -3,13 +3,14 @@
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use redis_lock_client::{Sentinel, Wait};
+use redis_lock_client::{Backend, Sentinel, Wait};
 
 #[derive(Parser, Debug)]
 #[command(
     name = "redis-lock",
     version,
-    about = "Run a command under a Redis lock (the redis-lock module), renewed while it runs",
+    about = "Run a command under a Redis lock (the redis-lock module, or its function library \
+             where no module can be loaded), renewed while it runs",
     after_help = "The lock is held for COMMAND's whole process group: `run` releases it \
                   once COMMAND exited and no process it left in its group runs on \
                   (--no-wait-group: at once); after a loss, SIGTERM and then SIGKILL go to \
@@ -18,7 +19,8 @@ use redis_lock_client::{Sentinel, Wait};
                   75 the lock is busy; 76 the lock was lost while the command ran; \
                   64 bad arguments (a TTL under 200ms, an empty or over-long owner); \
                   65 the key holds another type; 69 no server, or no answer within \
-                  --wait plus 1s; 70 other server errors; 78 the server lacks the module; \
+                  --wait plus 1s; 70 other server errors; 78 the server has neither the \
+                  module nor the library (or an older library: `functions load` upgrades it); \
                   126/127 the command cannot be run. `info`: 74 if stdout cannot be written."
 )]
 pub struct Cli {
@@ -52,6 +54,12 @@ pub struct Connection {
     /// The server is a node of a Redis Cluster.
     #[arg(long, global = true, conflicts_with = "sentinel")]
     pub cluster: bool,
+    /// How to reach the lock: `module` (LOCK.* commands), `functions` (FCALL of the
+    /// redislock library) or `scripts` (EVALSHA of the same library, sent by this
+    /// tool). Default: the module if the server has it, else the library, else
+    /// scripts.
+    #[arg(long, global = true, value_parser = backend, value_name = "BACKEND")]
+    pub backend: Option<Backend>,
 }
 
 /// Where the locks live.
@@ -92,12 +100,29 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Install the redislock function library, for servers that cannot load the module.
+    Functions {
+        #[command(subcommand)]
+        action: Functions,
+    },
     /// End OWNER's holding of the lock at KEY (the administrator's force-release is DEL).
     Release {
         key: String,
         /// The owner id the holding was taken with (`run --owner`).
         #[arg(long, value_parser = owner)]
         owner: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Functions {
+    /// Load (or upgrade) the library on the server with FUNCTION LOAD REPLACE and print
+    /// its version; on a Cluster, on every master. Redis 7.0 or newer, Valkey.
+    Load {
+        /// Print the library's Lua source instead, for loading it through a console
+        /// (`redis-cli -x FUNCTION LOAD REPLACE < redislock.lua`).
+        #[arg(long)]
+        print: bool,
     },
 }
 
@@ -167,6 +192,10 @@ fn owner(text: &str) -> Result<String, String> {
         return Err("an owner id must not be empty".into());
     }
     Ok(text.to_string())
+}
+
+fn backend(text: &str) -> Result<Backend, String> {
+    text.parse::<Backend>().map_err(|e| e.to_string())
 }
 
 fn duration(text: &str) -> Result<Duration, String> {

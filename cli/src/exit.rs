@@ -15,7 +15,8 @@ pub const NO_SERVER: i32 = 69;
 pub const SOFTWARE: i32 = 70;
 /// Output could not be written (EX_IOERR): `info`'s stdout was closed.
 pub const OUTPUT: i32 = 74;
-/// The server has no redis-lock module (EX_CONFIG).
+/// The server has neither the redis-lock module nor its library, or a library older
+/// than this tool (EX_CONFIG).
 pub const NO_MODULE: i32 = 78;
 /// The command exists but cannot be executed (as shells do).
 pub const CANNOT_EXECUTE: i32 = 126;
@@ -29,7 +30,9 @@ pub fn failure(error: &Error, key: &str) -> i32 {
     let (status, line) = match error {
         Error::Connection(cause) => (NO_SERVER, format!("cannot reach the server: {cause}")),
         Error::WaitUnanswered { .. } => (NO_SERVER, error.to_string()),
-        Error::ModuleNotLoaded(_) => (NO_MODULE, error.to_string()),
+        Error::ModuleNotLoaded(_) | Error::NoBackend(_) | Error::LibraryTooOld { .. } => {
+            (NO_MODULE, error.to_string())
+        }
         Error::WrongType(_) => (
             WRONG_TYPE,
             format!("{key:?} holds a value that is not a lock"),

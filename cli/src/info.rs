@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use redis_lock_client::{Connector, Error, Holder, LockClient, LockInfo, Mode};
+use redis_lock_client::{Connector, Holder, LockClient, LockInfo, Mode};
 use serde::Serialize;
 
 use crate::events::{self, Events};
@@ -25,25 +25,30 @@ pub async fn info<K: Connector>(locks: LockClient<K>, key: &str, json: bool) -> 
     }
 }
 
+/// `functions load`: installs or upgrades the library, and prints its version.
+pub async fn load_library<K: Connector>(locks: LockClient<K>, events: &Events) -> i32 {
+    match locks.load_library().await {
+        Ok(version) => {
+            if events::out(&format!("loaded the redislock library, version {version}")) {
+                0
+            } else {
+                exit::OUTPUT
+            }
+        }
+        Err(error) => {
+            events.say(format_args!("FUNCTION LOAD failed (Redis 7.0 or newer needed; on 6.2 the client sends the library itself: --backend scripts)"));
+            exit::failure(&error, "")
+        }
+    }
+}
+
 pub async fn release<K: Connector>(
     locks: LockClient<K>,
     key: &str,
     owner: &str,
     events: &Events,
 ) -> i32 {
-    let released = async {
-        let mut con = locks
-            .connector()
-            .connect(Some(Duration::from_secs(5)))
-            .await?;
-        let released: i64 = redis::cmd("LOCK.RELEASE")
-            .arg(key)
-            .arg(owner)
-            .query_async(&mut con)
-            .await?;
-        Ok::<_, Error>(released == 1)
-    };
-    match released.await {
+    match locks.release_owner(key, owner).await {
         Ok(true) => {
             events.say(format_args!(
                 "released {key} (owner {})",

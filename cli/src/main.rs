@@ -5,6 +5,7 @@
 //! redis-lock run --ttl 2m report:daily -- /usr/local/bin/build-report
 //! redis-lock info report:daily --json
 //! redis-lock release report:daily --owner worker-7
+//! redis-lock functions load --url rediss://my-elasticache:6379/   # no module there
 //! ```
 
 mod args;
@@ -16,9 +17,9 @@ mod info;
 mod run;
 
 use clap::Parser;
-use redis_lock_client::{Connector, LockClient, Sentinel};
+use redis_lock_client::{Connector, LockClient, Sentinel, LIBRARY_SOURCE};
 
-use args::{Cli, Command, Target};
+use args::{Cli, Command, Functions, Target};
 use events::Events;
 
 fn main() {
@@ -60,6 +61,17 @@ fn main() {
 
 /// Opens the connector the options name and runs the subcommand on it.
 async fn dispatch(cli: Cli, events: Events) -> i32 {
+    if let Command::Functions {
+        action: Functions::Load { print: true },
+    } = cli.command
+    {
+        return if events::out(LIBRARY_SOURCE.trim_end()) {
+            0
+        } else {
+            exit::OUTPUT
+        };
+    }
+    let backend = cli.connection.backend;
     let target = match cli.connection.target() {
         Ok(target) => target,
         Err(message) => {
@@ -68,11 +80,26 @@ async fn dispatch(cli: Cli, events: Events) -> i32 {
         }
     };
     match target {
-        Target::Url(client) => on(LockClient::new(client), cli.command, events).await,
-        Target::Sentinel(sentinel) => {
-            on(LockClient::<Sentinel>::new(sentinel), cli.command, events).await
+        Target::Url(client) => {
+            on(
+                LockClient::new(client).backend(backend),
+                cli.command,
+                events,
+            )
+            .await
         }
-        Target::Cluster(cluster) => on(LockClient::new(*cluster), cli.command, events).await,
+        Target::Sentinel(sentinel) => {
+            let locks = LockClient::<Sentinel>::new(sentinel).backend(backend);
+            on(locks, cli.command, events).await
+        }
+        Target::Cluster(cluster) => {
+            on(
+                LockClient::new(*cluster).backend(backend),
+                cli.command,
+                events,
+            )
+            .await
+        }
     }
 }
 
@@ -81,5 +108,6 @@ async fn on<K: Connector>(locks: LockClient<K>, command: Command, events: Events
         Command::Run(args) => run::run(locks, args, events).await,
         Command::Info { key, json } => info::info(locks, &key, json).await,
         Command::Release { key, owner } => info::release(locks, &key, &owner, &events).await,
+        Command::Functions { .. } => info::load_library(locks, &events).await,
     }
 }

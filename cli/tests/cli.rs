@@ -4,6 +4,9 @@
 
 use redis_lock_testkit as common;
 
+#[path = "../../client/tests/support/backend.rs"]
+mod on_backend;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::thread;
@@ -66,11 +69,12 @@ fn held(server: &Server, key: &str) -> bool {
     server.connection().lock_info(key).unwrap().is_some()
 }
 
-use redis_lock_client::LockCommands;
+use on_backend::LockCommands;
+use redis_lock_client::Request;
 
 #[test]
 fn two_runs_of_one_key_never_overlap_and_the_second_skips_or_waits() {
-    let server = Server::start();
+    let server = common::lock_server();
     let dir = tempfile::tempdir().unwrap();
     let (log, script) = recording_child(dir.path(), "0.6");
     let first = run(&server.url(), &[], "job", &script);
@@ -113,7 +117,7 @@ fn two_runs_of_one_key_never_overlap_and_the_second_skips_or_waits() {
 
 #[test]
 fn a_child_running_past_several_ttls_keeps_the_lock() {
-    let server = Server::start();
+    let server = common::lock_server();
     let child = run(&server.url(), &["--ttl", "300ms"], "job", "sleep 1.2");
     thread::sleep(Duration::from_millis(900));
     let info = server
@@ -134,7 +138,7 @@ fn a_child_running_past_several_ttls_keeps_the_lock() {
 
 #[test]
 fn a_deleted_lock_stops_the_child_and_exits_76() {
-    let server = Server::start();
+    let server = common::lock_server();
     let dir = tempfile::tempdir().unwrap();
     let term = dir.path().join("term");
     let script = format!(
@@ -190,7 +194,7 @@ fn a_deleted_lock_stops_the_child_and_exits_76() {
 /// child must get SIGTERM before the rival is granted the lock.
 #[test]
 fn through_a_black_hole_the_child_is_stopped_before_a_rival_is_granted() {
-    let server = Server::start();
+    let server = common::lock_server();
     let proxy = Proxy::start(server.port);
     let dir = tempfile::tempdir().unwrap();
     let term = dir.path().join("term");
@@ -202,14 +206,10 @@ fn through_a_black_hole_the_child_is_stopped_before_a_rival_is_granted() {
     common::wait_until(Duration::from_secs(5), || held(&server, "job"));
     let mut rival_con = server.connection();
     let rival = thread::spawn(move || {
-        let token: Option<i64> = redis::cmd("LOCK.ACQUIRE")
-            .arg("job")
-            .arg("rival")
-            .arg(60_000)
-            .arg("WAIT")
-            .arg(20_000)
-            .query(&mut rival_con)
-            .unwrap();
+        let request = Request::new("job", Duration::from_secs(60))
+            .owner("rival")
+            .wait(Duration::from_secs(20));
+        let token = rival_con.acquire_with(request).unwrap();
         assert!(token.is_some());
         now_ns()
     });
@@ -241,12 +241,13 @@ fn through_a_black_hole_the_child_is_stopped_before_a_rival_is_granted() {
 
 #[test]
 fn sigterm_to_run_reaches_the_child_and_the_lock_outlives_it() {
-    let server = Server::start();
+    let server = common::lock_server();
     let dir = tempfile::tempdir().unwrap();
     let during = dir.path().join("during");
     let script = format!(
-        "trap 'redis-cli -p {port} LOCK.INFO job > {during}; exit 3' TERM; while :; do sleep 0.02; done",
+        "trap 'redis-cli -p {port} {info} job > {during}; exit 3' TERM; while :; do sleep 0.02; done",
         port = server.port,
+        info = common::info_cli(),
         during = during.display()
     );
     let child = run(&server.url(), &[], "job", &script);
@@ -278,7 +279,7 @@ fn sigterm_to_run_reaches_the_child_and_the_lock_outlives_it() {
 
 #[test]
 fn the_childs_status_passes_through() {
-    let server = Server::start();
+    let server = common::lock_server();
     let output = finish(run(&server.url(), &[], "job", "exit 7"));
     assert_eq!(output.status.code(), Some(7));
     let output = finish(run(&server.url(), &[], "job", "kill -9 $$"));
@@ -293,13 +294,14 @@ fn the_childs_status_passes_through() {
 
 #[test]
 fn the_child_sees_the_lock_in_its_environment() {
-    let server = Server::start();
+    let server = common::lock_server();
     let dir = tempfile::tempdir().unwrap();
     let env = dir.path().join("env");
     let info = dir.path().join("info");
     let script = format!(
         "echo \"$REDIS_LOCK_KEY $REDIS_LOCK_OWNER $REDIS_LOCK_TOKEN\" > {env}; \
-         redis-cli -p {port} LOCK.INFO \"$REDIS_LOCK_KEY\" > {info}",
+         redis-cli -p {port} {info_cli} \"$REDIS_LOCK_KEY\" > {info}",
+        info_cli = common::info_cli(),
         env = env.display(),
         info = info.display(),
         port = server.port
@@ -323,14 +325,14 @@ fn the_child_sees_the_lock_in_its_environment() {
 
 #[test]
 fn each_error_has_its_own_status_and_line() {
-    let server = Server::start();
+    let server = common::lock_server();
     let plain = Server::with(Config::default().without_module());
     let _: () = redis::cmd("SET")
         .arg("text")
         .arg("v")
         .query(&mut server.connection())
         .unwrap();
-    let cases: [(String, &[&str], i32, &str); 4] = [
+    let cases: [(String, &[&str], i32, &str); 5] = [
         (
             "redis://127.0.0.1:1/".into(),
             &["run", "job", "--", "true"],
@@ -339,9 +341,15 @@ fn each_error_has_its_own_status_and_line() {
         ),
         (
             plain.url(),
-            &["run", "job", "--", "true"],
+            &["--backend", "module", "run", "job", "--", "true"],
             78,
-            "module is not loaded",
+            "no module",
+        ),
+        (
+            plain.url(),
+            &["--backend", "functions", "run", "job", "--", "true"],
+            78,
+            "redis-lock functions load",
         ),
         (
             server.url(),
@@ -372,7 +380,7 @@ fn each_error_has_its_own_status_and_line() {
 
 #[test]
 fn info_and_release_for_people_and_scripts() {
-    let server = Server::start();
+    let server = common::lock_server();
     let url = server.url();
     let free = redis_lock(&url)
         .args(["info", "job", "--json"])
@@ -418,7 +426,7 @@ fn info_and_release_for_people_and_scripts() {
 
 #[test]
 fn a_wait_is_given_up_cleanly_on_sigint() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = server.connection();
     let held_lock = con
         .try_acquire("job", Duration::from_secs(30))
@@ -462,7 +470,7 @@ mod sentinel;
 
 #[test]
 fn through_sentinel_the_lock_is_taken_on_the_named_master() {
-    let master = Server::start();
+    let master = Server::with(Config::default());
     let watching = sentinel::sentinels(&master, 1);
     let address = format!("127.0.0.1:{}", watching[0].port_number());
     let dir = tempfile::tempdir().unwrap();
@@ -539,7 +547,7 @@ fn most_at_once(log: &Path) -> usize {
 
 #[test]
 fn with_limit_3_eight_runs_never_run_more_than_3_children_at_once() {
-    let server = Server::start();
+    let server = common::lock_server();
     let dir = tempfile::tempdir().unwrap();
     let (log, script) = recording_child(dir.path(), "0.3");
     let runs: Vec<Child> = (0..8)
@@ -564,7 +572,7 @@ fn with_limit_3_eight_runs_never_run_more_than_3_children_at_once() {
 
 #[test]
 fn shared_runs_run_together_and_an_exclusive_run_waits_for_them() {
-    let server = Server::start();
+    let server = common::lock_server();
     let dir = tempfile::tempdir().unwrap();
     let (log, script) = recording_child(dir.path(), "0.5");
     let readers: Vec<Child> = (0..3)
@@ -602,4 +610,82 @@ fn shared_runs_run_together_and_an_exclusive_run_waits_for_them() {
         first_ends.iter().all(|e| at(e) <= at(last_start)),
         "the writer ran after every reader"
     );
+}
+
+#[test]
+fn functions_load_installs_the_library_that_print_shows() {
+    let plain = Server::with(Config::default().without_module());
+    let printed = redis_lock(&plain.url())
+        .args(["functions", "load", "--print"])
+        .output()
+        .unwrap();
+    assert!(printed.status.success(), "{}", stderr(&printed));
+    assert_eq!(
+        String::from_utf8_lossy(&printed.stdout).trim_end(),
+        common::library_source().trim_end(),
+        "--print prints lua/redislock.lua"
+    );
+    let forced = redis_lock(&plain.url())
+        .args(["--backend", "functions", "info", "job"])
+        .output()
+        .unwrap();
+    assert_eq!(forced.status.code(), Some(78), "{}", stderr(&forced));
+    let loaded = redis_lock(&plain.url())
+        .args(["functions", "load"])
+        .output()
+        .unwrap();
+    assert!(loaded.status.success(), "{}", stderr(&loaded));
+    assert_eq!(
+        String::from_utf8_lossy(&loaded.stdout).trim(),
+        "loaded the redislock library, version 1"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let info = dir.path().join("info");
+    let script = format!(
+        "redis-cli -p {} FCALL_RO lock_info 1 job > {}",
+        plain.port,
+        info.display()
+    );
+    let output = finish(run(&plain.url(), &["--owner", "worker-7"], "job", &script));
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        read(&info).contains("worker-7"),
+        "held through FCALL: {:?}",
+        read(&info)
+    );
+    // Loading again upgrades in place.
+    let again = redis_lock(&plain.url())
+        .args(["functions", "load"])
+        .output()
+        .unwrap();
+    assert!(again.status.success(), "{}", stderr(&again));
+}
+
+#[test]
+fn on_redis_6_2_runs_go_through_scripts() {
+    let Some(binary) = common::redis62_server() else {
+        return;
+    };
+    let old = Server::with(Config::default().without_module().binary(binary));
+    let dir = tempfile::tempdir().unwrap();
+    let (log, script) = recording_child(dir.path(), "0.3");
+    let first = run(&old.url(), &["--ttl", "1s"], "job", &script);
+    common::wait_until(Duration::from_secs(5), || read(&log).contains("start"));
+    let busy = finish(run(&old.url(), &[], "job", "true"));
+    assert_eq!(busy.status.code(), Some(75), "{}", stderr(&busy));
+    let waited = finish(run(
+        &old.url(),
+        &["--wait", "10s", "--backend", "scripts"],
+        "job",
+        &script,
+    ));
+    assert!(waited.status.success(), "{}", stderr(&waited));
+    assert!(finish(first).status.success());
+    assert_eq!(read(&log).matches("start").count(), 2);
+    assert_eq!(most_at_once(&log), 1);
+    let refused = redis_lock(&old.url())
+        .args(["functions", "load"])
+        .output()
+        .unwrap();
+    assert_ne!(refused.status.code(), Some(0), "no FUNCTION on 6.2");
 }

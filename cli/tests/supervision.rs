@@ -5,6 +5,9 @@
 
 use redis_lock_testkit as common;
 
+#[path = "../../client/tests/support/backend.rs"]
+mod on_backend;
+
 use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
@@ -14,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::proxy::Proxy;
 use common::Server;
-use redis_lock_client::LockCommands;
+use on_backend::LockCommands;
 
 fn redis_lock(url: &str) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_redis-lock"));
@@ -143,7 +146,7 @@ enum Gone {
 /// the command runs (past several TTLs, a second run finds it busy), and on a loss
 /// still stops the command's group and exits 76.
 fn supervision_outlives_its_output(gone: Gone) {
-    let server = Server::start();
+    let server = common::lock_server();
     let dir = tempfile::tempdir().unwrap();
     let (pid, seen) = (dir.path().join("pid"), dir.path().join("seen"));
     // The command's own output goes elsewhere: a shell that writes to the closed pipe
@@ -213,7 +216,7 @@ fn a_closed_terminal_does_not_end_the_supervision() {
 
 #[test]
 fn after_a_loss_a_grandchild_that_ignores_sigterm_is_killed_before_run_exits() {
-    let server = Server::start();
+    let server = common::lock_server();
     let dir = tempfile::tempdir().unwrap();
     let pid = dir.path().join("grandchild");
     let script = format!(
@@ -247,7 +250,7 @@ fn after_a_loss_a_grandchild_that_ignores_sigterm_is_killed_before_run_exits() {
 
 #[test]
 fn the_lock_is_held_until_the_commands_group_is_empty_unless_no_wait_group() {
-    let server = Server::start();
+    let server = common::lock_server();
     let dir = tempfile::tempdir().unwrap();
     let done = dir.path().join("done");
     let script = format!(
@@ -288,7 +291,7 @@ fn the_lock_is_held_until_the_commands_group_is_empty_unless_no_wait_group() {
 /// or while it waited in the queue, and says why.
 #[test]
 fn a_wait_on_a_stopped_server_gives_up_in_time_and_says_why() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut holder = server.connection();
     let lock = holder
         .try_acquire("job", Duration::from_secs(60))
@@ -338,7 +341,7 @@ fn a_wait_on_a_stopped_server_gives_up_in_time_and_says_why() {
 
 #[test]
 fn too_short_ttls_and_bad_owners_are_usage_errors() {
-    let server = Server::start();
+    let server = common::lock_server();
     let long_owner = "o".repeat(300);
     let cases: [(&[&str], &str); 5] = [
         (
@@ -377,12 +380,11 @@ fn too_short_ttls_and_bad_owners_are_usage_errors() {
 /// JSON exact.
 #[test]
 fn owners_are_printed_escaped_and_exact() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = server.connection();
     let evil: &[u8] = b"evil\x1b[31m\nredis-lock: forged";
     let acquire = |con: &mut redis::Connection, owner: &[u8]| {
-        let token: Option<i64> = redis::cmd("LOCK.ACQUIRE")
-            .arg("job")
+        let token: Option<i64> = common::lock_cmd("lock_acquire", "job")
             .arg(owner)
             .arg(60_000)
             .arg("SHARED")
@@ -436,7 +438,7 @@ fn owners_are_printed_escaped_and_exact() {
 /// up within its bound.
 #[test]
 fn a_wait_through_a_black_hole_gives_up_in_time() {
-    let server = Server::start();
+    let server = common::lock_server();
     let proxy = Proxy::start(server.port);
     let mut holder = server.connection();
     let lock = holder
@@ -466,7 +468,7 @@ fn a_wait_through_a_black_hole_gives_up_in_time() {
 /// ignores it.
 #[test]
 fn a_panic_of_run_stops_the_commands_group() {
-    let server = Server::start();
+    let server = common::lock_server();
     let dir = tempfile::tempdir().unwrap();
     let pid = dir.path().join("pid");
     let script = format!(
@@ -491,7 +493,7 @@ fn a_panic_of_run_stops_the_commands_group() {
 /// `info` into a pipe nobody reads: an error status, not a panic.
 #[test]
 fn info_into_a_closed_pipe_exits_74() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut ends = [-1; 2];
     // SAFETY: pipe writes the two descriptors into `ends`.
     assert_eq!(unsafe { libc::pipe(ends.as_mut_ptr()) }, 0);
@@ -519,7 +521,7 @@ fn info_into_a_closed_pipe_exits_74() {
 /// without anyone renewing the lock: they are passed on to the command's group.
 #[test]
 fn signals_that_would_end_run_are_passed_on_to_the_command() {
-    let server = Server::start();
+    let server = common::lock_server();
     for number in [libc::SIGQUIT, libc::SIGUSR1, libc::SIGALRM] {
         let dir = tempfile::tempdir().unwrap();
         let pid = dir.path().join("pid");
@@ -553,7 +555,7 @@ fn signals_that_would_end_run_are_passed_on_to_the_command() {
 /// killed without running again, and `run` exits as on any loss.
 #[test]
 fn ctrl_z_stops_the_command_with_run_and_it_never_runs_after_the_lease() {
-    let server = Server::start();
+    let server = common::lock_server();
     let dir = tempfile::tempdir().unwrap();
     let (pid, done) = (dir.path().join("pid"), dir.path().join("done"));
     let script = format!(
@@ -617,7 +619,7 @@ fn ctrl_z_stops_the_command_with_run_and_it_never_runs_after_the_lease() {
 /// leftover cannot hold the lock for ever.
 #[test]
 fn a_stopped_process_left_in_the_group_ends_on_sigterm() {
-    let server = Server::start();
+    let server = common::lock_server();
     let script = "sh -c 'kill -STOP $$' & sleep 0.3; exit 0";
     let mut child = run(&server.url(), &["--ttl", "1s"], "job", script)
         .stdout(Stdio::null())
@@ -637,7 +639,7 @@ fn a_stopped_process_left_in_the_group_ends_on_sigterm() {
 /// `redis-lock`'s standard input, the command's is `/dev/null` (its read ends).
 #[test]
 fn a_command_never_waits_on_the_terminal_it_cannot_have() {
-    let server = Server::start();
+    let server = common::lock_server();
     let dir = tempfile::tempdir().unwrap();
     let read_status = dir.path().join("read");
     let (_master, slave) = pty();

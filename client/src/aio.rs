@@ -14,20 +14,61 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
+use redis::{Cmd, Value};
 
+use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::lease::{margin, LockLost};
+use crate::lease::LockLost;
 use crate::lock::{parse_info, Lock, LockInfo};
+pub(crate) use crate::machine::RELEASE_LIMIT;
+use crate::machine::{read_flag, Acquire, Call, Detect, Input, Machine, Scripted, Single, Step};
 use crate::renew::AsyncRenewer;
-use crate::request::{extend_command, info_command, release_command, Next, Request};
+use crate::request::{extend_command, info_command, release_command, Request};
 use crate::sync::Locked;
 
-/// How long a withdrawal or a release may take before it is given up (the lock then
-/// lapses with its TTL).
-pub(crate) const RELEASE_LIMIT: Duration = Duration::from_secs(1);
+/// Drives `machine` to its result on `con`, each reply within the bound its step
+/// names.
+pub(crate) async fn drive<C, M>(con: &mut C, mut machine: M) -> Result<M::Output>
+where
+    C: ConnectionLike + Send,
+    M: Machine + Send,
+{
+    let mut input = Input::Start;
+    loop {
+        match machine.step(input) {
+            Step::Send(call, bound) => {
+                let reply = async {
+                    match call {
+                        Call::One(cmd) => cmd.query_async::<Value>(con).await,
+                        Call::Pipe(pipe) => pipe.query_async::<Value>(con).await,
+                    }
+                };
+                let reply = match bound {
+                    Some(bound) => match tokio::time::timeout(bound, reply).await {
+                        Ok(reply) => reply,
+                        Err(elapsed) => Err(timed_out(elapsed)),
+                    },
+                    None => reply.await,
+                };
+                input = Input::Reply(reply);
+            }
+            Step::Sleep(pause) => {
+                tokio::time::sleep(pause).await;
+                input = Input::Slept;
+            }
+            Step::Done(result) => return result,
+        }
+    }
+}
 
-/// How long a withdrawal after an unanswered wait is given to go out.
-const WITHDRAW_SEND: Duration = Duration::from_millis(100);
+/// One call on `con`, its reply read by `read`.
+pub(crate) async fn call<C, T>(con: &mut C, cmd: Cmd, read: fn(Value) -> Result<T>) -> Result<T>
+where
+    C: ConnectionLike + Send,
+    T: Send,
+{
+    drive(con, Scripted::new(Single::new(cmd, read))).await
+}
 
 /// The lock commands, for every async connection. Import the trait and `.await`
 /// them on the connection, as with [`redis::AsyncCommands`].
@@ -85,7 +126,7 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
         async move {
             let command = command?;
             let sent = Instant::now();
-            let extended = command.query_async::<i64>(self).await? == 1;
+            let extended = call(self, command, read_flag).await?;
             lock.extended(extended, sent, ttl);
             Ok(extended)
         }
@@ -96,16 +137,35 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
         let command = release_command(lock);
         let lock = lock.clone();
         async move {
-            let released = command.query_async::<i64>(self).await? == 1;
+            let released = call(self, command?, read_flag).await?;
             lock.released(released);
             Ok(released)
         }
     }
 
     /// Who holds the lock at `key`, its TTL, token and waiters; `None` if it is free.
+    /// Asks the module; [`lock_info_with`](Self::lock_info_with) asks a backend.
     fn lock_info(&mut self, key: &str) -> impl Future<Output = Result<Option<LockInfo>>> + Send {
-        let command = info_command(key);
-        async move { parse_info(command.query_async(self).await?) }
+        self.lock_info_with(key, Backend::Module)
+    }
+
+    /// [`lock_info`](Self::lock_info) through `backend`.
+    fn lock_info_with(
+        &mut self,
+        key: &str,
+        backend: Backend,
+    ) -> impl Future<Output = Result<Option<LockInfo>>> + Send {
+        let command = info_command(backend, key);
+        async move { call(self, command, parse_info).await }
+    }
+
+    /// Which backend the server offers (`forced`: that one, checked): the module if
+    /// loaded, else the `redislock` library, else the library as a script.
+    fn detect_backend(
+        &mut self,
+        forced: Option<Backend>,
+    ) -> impl Future<Output = Result<Backend>> + Send {
+        async move { drive(self, Detect::new(forced)).await }
     }
 
     /// Takes the lock as `request` says and returns a guard that releases it when
@@ -199,79 +259,7 @@ pub(crate) async fn acquire_on<C: ConnectionLike + Send>(
     con: &mut C,
     request: &Request,
 ) -> Result<Option<Lock>> {
-    let command = request.command()?;
-    let pipeline = request.durable.map(|_| request.pipeline()).transpose()?;
-    let mut attempt = 0;
-    loop {
-        let sent = Instant::now();
-        let reply = match &pipeline {
-            Some(pipe) => pipe
-                .query_async::<(Option<i64>, i64)>(con)
-                .await
-                .map(|(token, acked)| (token, Some(acked))),
-            None => command
-                .query_async::<Option<i64>>(con)
-                .await
-                .map(|token| (token, None)),
-        };
-        match reply {
-            Ok((None, _)) => return Ok(None),
-            Ok((Some(token), acked)) => {
-                let mut lock = request.granted(token, sent);
-                if let (Some(durable), Some(acked)) = (request.durable, acked) {
-                    if acked < i64::from(durable.replicas) {
-                        let release = con.release(&lock);
-                        let released = matches!(
-                            tokio::time::timeout(RELEASE_LIMIT, release).await,
-                            Ok(Ok(true))
-                        );
-                        return Err(Error::NotReplicated {
-                            key: request.key.clone(),
-                            wanted: durable.replicas,
-                            acked,
-                            released,
-                        });
-                    }
-                }
-                if sent.elapsed() > margin(lock.ttl()) {
-                    // Granted after a wait: the server counts the TTL from the grant,
-                    // the lease from the send. A prompt extend brings the lease up to
-                    // date; if it fails, the shorter lease stays.
-                    let again = Instant::now();
-                    let extend = extend_command(&lock, lock.ttl())?;
-                    if let Ok(Ok(1)) =
-                        tokio::time::timeout(RELEASE_LIMIT, extend.query_async::<i64>(con)).await
-                    {
-                        lock = request.granted(token, again);
-                    }
-                }
-                lock.acquired();
-                return Ok(Some(lock));
-            }
-            Err(error) => match request.after_failure(error, attempt) {
-                Next::Retry(delay) => {
-                    tokio::time::sleep(delay).await;
-                    attempt += 1;
-                }
-                Next::Fail(error, withdraw) => {
-                    if let Some(withdraw) = withdraw {
-                        // Sent on the first poll; its reply may come only after the
-                        // wait it follows, and is not needed. After a wait that got
-                        // no answer the server hangs or the path is cut: waiting for
-                        // this reply would only push the give-up past its bound.
-                        let limit = if matches!(error, Error::ResponseTimeout(_)) {
-                            WITHDRAW_SEND
-                        } else {
-                            RELEASE_LIMIT
-                        };
-                        let sent = withdraw.query_async::<i64>(con);
-                        let _ = tokio::time::timeout(limit, sent).await;
-                    }
-                    return Err(error);
-                }
-            },
-        }
-    }
+    drive(con, Acquire::new(request.clone())?).await
 }
 
 /// The work under a held lock, renewed by `renewer`, released by `releaser` when it

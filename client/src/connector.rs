@@ -8,12 +8,17 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, RedisResult};
 
+use tokio::sync::OnceCell;
+
 use crate::aio::{
-    acquire_on, run_under, AsyncLockCommands, AsyncLockGuard, BoxFuture, Releaser, RELEASE_LIMIT,
+    acquire_on, call, run_under, AsyncLockCommands, AsyncLockGuard, BoxFuture, Releaser,
+    RELEASE_LIMIT,
 };
+use crate::backend::{function_load, Backend};
 use crate::error::{Error, Result};
 use crate::lease::LockLost;
 use crate::lock::{Lock, LockInfo};
+use crate::machine::read_flag;
 use crate::renew::{AsyncRenewer, Fresh};
 use crate::request::{release_of, Request, Wait};
 use crate::sync::Locked;
@@ -86,15 +91,68 @@ impl Connector for redis::Client {
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// The client finds out by itself which form of the lock the server offers (a
+/// [`Backend`]): the module if loaded, else the `redislock` function library, else
+/// the library sent as a script; [`LockClient::backend`] forces one. Every method
+/// works the same on each.
 #[derive(Debug, Clone)]
 pub struct LockClient<K = redis::Client> {
     connector: K,
+    forced: Option<Backend>,
+    detected: Arc<OnceCell<Backend>>,
 }
 
 impl<K: Connector> LockClient<K> {
-    /// Locks through `connector`.
+    /// Locks through `connector`, on the backend the server offers.
     pub fn new(connector: K) -> Self {
-        LockClient { connector }
+        LockClient {
+            connector,
+            forced: None,
+            detected: Arc::new(OnceCell::new()),
+        }
+    }
+
+    /// Uses `backend` only (`None`: the one the server offers). The first call
+    /// checks that the server has it (and that a library is not older than this
+    /// client) and fails otherwise, saying what to do.
+    ///
+    /// ```no_run
+    /// use redis_lock_client::{Backend, LockClient};
+    ///
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/").unwrap();
+    /// let locks = LockClient::new(client).backend(Some(Backend::Functions));
+    /// ```
+    pub fn backend(mut self, backend: Option<Backend>) -> Self {
+        self.forced = backend;
+        self.detected = Arc::new(OnceCell::new());
+        self
+    }
+
+    /// The backend this client uses, found out on first use (one probe per client
+    /// and its clones).
+    pub async fn detect_backend(&self) -> Result<Backend> {
+        let backend = self
+            .detected
+            .get_or_try_init(|| async {
+                let mut con = self.connector.connect(Some(CONNECT_LIMIT)).await?;
+                con.detect_backend(self.forced).await
+            })
+            .await?;
+        Ok(*backend)
+    }
+
+    /// Installs or upgrades the `redislock` library on the server (`FUNCTION LOAD
+    /// REPLACE` of [`LIBRARY_SOURCE`](crate::LIBRARY_SOURCE)); the version it then
+    /// answers. On a Cluster, do this on every master.
+    pub async fn load_library(&self) -> Result<i64> {
+        let mut con = self.connector.connect(Some(CONNECT_LIMIT)).await?;
+        call(&mut con, function_load(), |_| Ok(())).await?;
+        let version = Backend::Functions.call("lock_version", None, &[]);
+        call(&mut con, version, |value| {
+            redis::from_redis_value(value).map_err(|e| Error::UnexpectedReply(e.to_string()))
+        })
+        .await
     }
 
     /// The connector this client opens its connections with.
@@ -118,7 +176,8 @@ impl<K: Connector> LockClient<K> {
     /// background, in case the grant crossed the close: no lock is left to an owner
     /// that stopped waiting.
     pub async fn acquire_with(&self, request: Request) -> Result<Option<Lock>> {
-        request.command()?; // refused arguments are not worth a connection
+        request.check()?; // refused arguments are not worth a connection
+        let request = request.backend(self.detect_backend().await?);
         let mut withdraw = WithdrawOnDrop {
             connector: self.connector.clone(),
             request: (!request.owner_given).then(|| request.clone()),
@@ -213,8 +272,18 @@ impl<K: Connector> LockClient<K> {
 
     /// Who holds the lock at `key`; `None` if it is free.
     pub async fn lock_info(&self, key: &str) -> Result<Option<LockInfo>> {
+        let backend = self.detect_backend().await?;
         let mut con = self.connector.connect(Some(CONNECT_LIMIT)).await?;
-        con.lock_info(key).await
+        con.lock_info_with(key, backend).await
+    }
+
+    /// Ends `owner`'s holding of the lock at `key` (an operator's release of a
+    /// holder it knows by its id); `false` if it held none.
+    pub async fn release_owner(&self, key: &str, owner: &str) -> Result<bool> {
+        let backend = self.detect_backend().await?;
+        let command = release_of(backend, key, owner)?;
+        let mut con = self.connector.connect(Some(RELEASE_LIMIT)).await?;
+        call(&mut con, command, read_flag).await
     }
 
     fn releaser(&self) -> Arc<dyn Releaser> {
@@ -275,9 +344,16 @@ impl<K: Connector> Drop for WithdrawOnDrop<K> {
         runtime.spawn(async move {
             let release = async {
                 let mut con = connector.connect(Some(RELEASE_LIMIT)).await?;
-                release_of(&request.key, &request.owner)
-                    .query_async::<i64>(&mut con)
-                    .await
+                if request.backend.is_library() {
+                    // The place in the queue, and a grant not collected.
+                    let owner = [request.owner.as_bytes().to_vec()];
+                    let cancel = request
+                        .backend
+                        .call("lock_cancel", Some(&request.key), &owner);
+                    call(&mut con, cancel, read_flag).await?;
+                }
+                let release = release_of(request.backend, &request.key, &request.owner)?;
+                call(&mut con, release, read_flag).await
             };
             let _ = tokio::time::timeout(RELEASE_LIMIT, release).await;
         });

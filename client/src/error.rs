@@ -27,6 +27,25 @@ pub enum Error {
          `MODULE LOAD /path/to/libredis_lock.so` ({0})"
     )]
     ModuleNotLoaded(RedisError),
+    /// The server has neither the module nor the `redislock` library, and refuses
+    /// scripts (or the backend asked for is missing); says why for each.
+    #[error(
+        "no lock backend on this server: load the library with `redis-lock functions \
+         load --url URL` (or FUNCTION LOAD of lua/redislock.lua), or load the \
+         redis-lock module ({0})"
+    )]
+    NoBackend(String),
+    /// The `redislock` library on the server is older than this client.
+    #[error(
+        "the redislock library on the server is version {found}, older than this \
+         client's version {wanted}: upgrade it with `redis-lock functions load --url URL`"
+    )]
+    LibraryTooOld {
+        /// The version the server's library answered.
+        found: i64,
+        /// The version this client was written for.
+        wanted: i64,
+    },
     /// The key holds a value that is not a lock (a string, a list…).
     #[error("the key holds a value that is not a lock ({0})")]
     WrongType(RedisError),
@@ -130,6 +149,8 @@ impl From<RedisError> for Error {
         }
         if is_unknown_lock_command(&error) {
             Error::ModuleNotLoaded(error)
+        } else if is_missing_library(&error) {
+            Error::NoBackend(error.to_string())
         } else if error.code() == Some("WRONGTYPE") {
             Error::WrongType(error)
         } else if error.kind() == redis::ErrorKind::Parse {
@@ -158,6 +179,15 @@ fn is_unknown_lock_command(error: &RedisError) -> bool {
     error.code() == Some("ERR")
         && detail.starts_with("unknown command")
         && detail.to_ascii_lowercase().contains("'lock.")
+}
+
+/// `ERR Function not found`: the library was deleted after the backend was
+/// detected.
+fn is_missing_library(error: &RedisError) -> bool {
+    error.code() == Some("ERR")
+        && error
+            .detail()
+            .is_some_and(|detail| detail.starts_with("Function not found"))
 }
 
 /// True for errors after which the same command may succeed on retry: the request

@@ -3,6 +3,10 @@
 //!
 //! - [`LockCommands`] (blocking) and [`AsyncLockCommands`] (tokio) add the lock
 //!   commands to every redis-rs connection: plain, managed, pooled or cluster.
+//! - [`BlockingLockClient`] is the blocking one: every wait bounded by its timeout
+//!   plus [`WAIT_MARGIN`], also when the server hangs.
+//! - Every API speaks to the redis-lock module or, where no module can be loaded, to
+//!   the `redislock` function library ([`Backend`]); the clients find out which.
 //! - [`LockClient`] opens connections of its own from a [`Connector`] (a
 //!   [`redis::Client`], a [`Sentinel`]-managed master, a cluster): the async way to
 //!   wait for a lock, since a wait holds up every other command on its connection.
@@ -45,10 +49,13 @@
 #![deny(missing_docs)]
 
 mod aio;
+mod backend;
+mod blocking;
 mod connector;
 mod error;
 mod lease;
 mod lock;
+mod machine;
 mod redlock;
 mod renew;
 mod request;
@@ -56,10 +63,13 @@ mod sentinel;
 mod sync;
 
 pub use aio::{AsyncLockCommands, AsyncLockGuard};
+pub use backend::{function_load, library_script, Backend, LIBRARY_SOURCE};
+pub use blocking::BlockingLockClient;
 pub use connector::{Connector, LockClient, WAIT_MARGIN};
 pub use error::{Error, Result};
 pub use lease::{margin, LockLost};
 pub use lock::{Holder, Lock, LockInfo, Mode, Owner};
+pub use redis_lock_core::protocol::LIBRARY_VERSION;
 pub use redlock::{MultiLock, Redlock};
 pub use renew::{AsyncRenewer, Renewer, STOP_LIMIT};
 pub use request::{Durable, Request, Retry, Wait, MAX_MILLIS, MAX_PERMITS};

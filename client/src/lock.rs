@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
+use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LockLost};
 
@@ -35,6 +36,7 @@ pub struct Lock {
     pub(crate) owner: String,
     pub(crate) token: i64,
     pub(crate) lease: Arc<Lease>,
+    pub(crate) backend: Backend,
 }
 
 impl PartialEq for Lock {
@@ -53,7 +55,19 @@ impl Lock {
             owner: owner.into(),
             token,
             lease: Lease::new(sent, ttl),
+            backend: Backend::Module,
         }
+    }
+
+    /// The same lock, held through `backend`.
+    pub(crate) fn on(mut self, backend: Backend) -> Lock {
+        self.backend = backend;
+        self
+    }
+
+    /// The backend the lock was taken through, which its release and extend use.
+    pub fn backend(&self) -> Backend {
+        self.backend
     }
 
     /// Logs the grant.

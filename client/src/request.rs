@@ -6,11 +6,16 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use redis::{Cmd, RedisError};
 
+use redis_lock_core::holdings::Kind;
+use redis_lock_core::protocol;
+
+use crate::backend::Backend;
 use crate::error::{is_connection_error, Error, Result};
 use crate::lock::Lock;
 
-/// The largest TTL or timeout the server accepts: 2^62 ms.
-pub const MAX_MILLIS: u64 = 1 << 62;
+/// The largest TTL or timeout the server accepts: 2^62 - 1 ms, the module's own
+/// bound (`redis_lock_core::protocol`).
+pub const MAX_MILLIS: u64 = protocol::MAX_MILLIS;
 
 /// How long an acquire may wait in the server's FIFO queue for a busy lock.
 ///
@@ -115,10 +120,11 @@ pub struct Request {
     /// A shared holding (`SHARED`), bounded to `limit` holders (`LIMIT n`) if set.
     pub(crate) shared: bool,
     pub(crate) limit: Option<u32>,
+    pub(crate) backend: Backend,
 }
 
 /// The most permits `LIMIT` takes: 2^31.
-pub const MAX_PERMITS: u32 = 1 << 31;
+pub const MAX_PERMITS: u32 = protocol::MAX_PERMITS;
 
 /// How many replicas must acknowledge a grant, and how long to wait for them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +148,7 @@ impl Request {
             owner_given: false,
             shared: false,
             limit: None,
+            backend: Backend::Module,
         }
     }
 
@@ -236,44 +243,36 @@ impl Request {
         &self.owner
     }
 
-    /// `LOCK.ACQUIRE key owner ttl [SHARED | LIMIT n] [WAIT ms]`, or the error that
-    /// keeps it from being sent.
-    pub(crate) fn command(&self) -> Result<Cmd> {
-        let mut cmd = redis::cmd("LOCK.ACQUIRE");
-        cmd.arg(&self.key)
-            .arg(&self.owner)
-            .arg(ttl_millis(self.ttl)?);
-        match self.limit {
-            Some(permits) if (1..=MAX_PERMITS).contains(&permits) => {
-                cmd.arg("LIMIT").arg(permits);
-            }
-            Some(permits) => {
-                return Err(Error::InvalidArgument(format!(
-                    "limit {permits}: a semaphore has from 1 to {MAX_PERMITS} permits"
-                )))
-            }
-            None if self.shared => {
-                cmd.arg("SHARED");
-            }
-            None => {}
-        }
-        if let Some(ms) = self.wait.millis()? {
-            cmd.arg("WAIT").arg(ms);
-        }
-        Ok(cmd)
+    /// Which form of the lock to ask (default: the module). A
+    /// [`LockClient`](crate::LockClient) sets the one it detected or was told.
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
     }
 
-    /// The acquire, followed on the same connection by `WAIT replicas timeout` if
-    /// the request is durable.
-    pub(crate) fn pipeline(&self) -> Result<redis::Pipeline> {
-        let mut pipe = redis::pipe();
-        pipe.add_command(self.command()?);
-        if let Some(durable) = self.durable {
-            pipe.cmd("WAIT")
-                .arg(durable.replicas)
-                .arg(ceil_millis(durable.timeout, "replica timeout")?);
-        }
-        Ok(pipe)
+    /// The backend the request asks.
+    pub fn backend_used(&self) -> Backend {
+        self.backend
+    }
+
+    /// The error that keeps the request from being sent, if any: the arguments of
+    /// its acquire, as the protocol module builds them.
+    pub(crate) fn check(&self) -> Result<()> {
+        let ttl = ttl_millis(self.ttl)?;
+        let wait = self.wait.millis()?;
+        protocol::acquire_args(self.owner.as_bytes(), ttl, self.kind(), wait)
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        Ok(())
+    }
+
+    /// The TTL in whole milliseconds as sent (checked by [`Request::check`]).
+    pub(crate) fn ttl_ms(&self) -> u64 {
+        ttl_millis(self.ttl).unwrap_or(1)
+    }
+
+    /// The kind of holding asked for.
+    pub(crate) fn kind(&self) -> Kind {
+        crate::machine::kind(self.shared, self.limit)
     }
 
     /// The TTL as the server gets it, whole milliseconds.
@@ -294,8 +293,8 @@ impl Request {
     pub(crate) fn after_failure(&self, error: RedisError, attempt: u32) -> Next {
         if !is_connection_error(&error) {
             // A durable acquire is a pipeline: its WAIT may be refused after a grant.
-            let withdraw = self.durable.and_then(|_| self.withdrawal());
-            return Next::Fail(error.into(), withdraw);
+            // A durable acquire is a pipeline: its WAIT may be refused after a grant.
+            return Next::Fail(error.into(), self.durable.is_some());
         }
         let waiting = self.wait.waits() && error.is_timeout();
         if !waiting && attempt < self.retry.attempts {
@@ -306,18 +305,12 @@ impl Request {
         } else {
             error.into()
         };
-        Next::Fail(error, self.withdrawal())
-    }
-
-    /// The release that takes back what an unanswered request of a fresh owner may
-    /// have been granted; none for a given owner, who may hold the lock already.
-    pub(crate) fn withdrawal(&self) -> Option<Cmd> {
-        (!self.owner_given).then(|| release_of(&self.key, &self.owner))
+        Next::Fail(error, true)
     }
 
     /// The lock granted to a request sent at `sent`.
     pub(crate) fn granted(&self, token: i64, sent: Instant) -> Lock {
-        Lock::new(&self.key, &self.owner, token, sent, self.server_ttl())
+        Lock::new(&self.key, &self.owner, token, sent, self.server_ttl()).on(self.backend)
     }
 }
 
@@ -325,31 +318,30 @@ impl Request {
 pub(crate) enum Next {
     /// Send the request again after this pause.
     Retry(Duration),
-    /// Give up with this error, after sending the withdrawal, if any (its reply does
-    /// not matter).
-    Fail(Error, Option<Cmd>),
+    /// Give up with this error, after withdrawing what the request may have left
+    /// (its replies do not matter) if `true`.
+    Fail(Error, bool),
 }
 
-pub(crate) fn release_command(lock: &Lock) -> Cmd {
-    release_of(&lock.key, &lock.owner)
+/// The release of `owner`'s holding at `key`, on `backend`.
+pub(crate) fn release_of(backend: Backend, key: &str, owner: &str) -> Result<Cmd> {
+    let args = protocol::owner_args(owner.as_bytes())
+        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    Ok(backend.call("lock_release", Some(key), &args))
 }
 
-pub(crate) fn release_of(key: &str, owner: &str) -> Cmd {
-    let mut cmd = redis::cmd("LOCK.RELEASE");
-    cmd.arg(key).arg(owner);
-    cmd
+pub(crate) fn release_command(lock: &Lock) -> Result<Cmd> {
+    release_of(lock.backend, &lock.key, &lock.owner)
 }
 
 pub(crate) fn extend_command(lock: &Lock, ttl: Duration) -> Result<Cmd> {
-    let mut cmd = redis::cmd("LOCK.EXTEND");
-    cmd.arg(&lock.key).arg(&lock.owner).arg(ttl_millis(ttl)?);
-    Ok(cmd)
+    let args = protocol::extend_args(lock.owner.as_bytes(), ttl_millis(ttl)?)
+        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    Ok(lock.backend.call("lock_extend", Some(&lock.key), &args))
 }
 
-pub(crate) fn info_command(key: &str) -> Cmd {
-    let mut cmd = redis::cmd("LOCK.INFO");
-    cmd.arg(key);
-    cmd
+pub(crate) fn info_command(backend: Backend, key: &str) -> Cmd {
+    backend.call("lock_info", Some(key), &[])
 }
 
 /// How often and how long to retry a command whose reply was lost.
@@ -391,27 +383,6 @@ impl Retry {
 mod tests {
     use super::*;
 
-    fn packed(cmd: &Cmd) -> String {
-        String::from_utf8(cmd.get_packed_command()).unwrap()
-    }
-
-    #[test]
-    fn a_request_builds_the_acquire_command() {
-        let request = Request::new("job", Duration::from_secs(5)).owner("me");
-        let cmd = request
-            .clone()
-            .wait(Duration::from_millis(250))
-            .command()
-            .unwrap();
-        let text = packed(&cmd);
-        assert!(text.contains("LOCK.ACQUIRE"));
-        for part in ["job", "me", "5000", "WAIT", "250"] {
-            assert!(text.contains(&format!("\r\n{part}\r\n")), "{text:?}");
-        }
-        let no_wait = packed(&request.command().unwrap());
-        assert!(!no_wait.contains("WAIT"));
-    }
-
     #[test]
     fn fresh_owners_are_distinct_uuids() {
         let a = Request::new("k", Duration::from_secs(1));
@@ -445,29 +416,22 @@ mod tests {
 
     #[test]
     fn ttls_and_waits_out_of_range_are_refused_before_sending() {
-        let zero = Request::new("job", Duration::ZERO).command();
+        let zero = Request::new("job", Duration::ZERO).check();
         assert!(matches!(zero, Err(Error::InvalidArgument(m)) if m.contains("ttl")));
-        let huge = Request::new("job", Duration::MAX).command();
+        let huge = Request::new("job", Duration::MAX).check();
         assert!(matches!(huge, Err(Error::InvalidArgument(m)) if m.contains("out of range")));
-        let max = Request::new("job", Duration::from_millis(MAX_MILLIS)).command();
+        let max = Request::new("job", Duration::from_millis(MAX_MILLIS)).check();
         assert!(max.is_ok());
+        // 2^62 ms is one over what the module takes (it refuses it).
+        let over = Request::new("job", Duration::from_millis(1 << 62)).check();
+        assert!(matches!(over, Err(Error::InvalidArgument(m)) if m.contains("out of range")));
         let wait = Request::new("job", Duration::from_secs(1))
             .wait(Wait::For(Duration::MAX))
-            .command();
+            .check();
         assert!(matches!(wait, Err(Error::InvalidArgument(m)) if m.contains("wait")));
         assert_eq!(ttl_millis(Duration::from_micros(1)).unwrap(), 1);
-    }
-
-    #[test]
-    fn a_durable_request_waits_for_replicas_on_the_same_connection() {
-        let request =
-            Request::new("job", Duration::from_secs(5)).durable(1, Duration::from_micros(10));
-        let pipe = request.pipeline().unwrap();
-        let packed = String::from_utf8(pipe.get_packed_pipeline()).unwrap();
-        let acquire = packed.find("LOCK.ACQUIRE").unwrap();
-        let wait = packed.find("\r\nWAIT\r\n").unwrap();
-        assert!(acquire < wait, "{packed:?}");
-        assert!(packed.ends_with("\r\n1\r\n$1\r\n1\r\n"), "{packed:?}");
+        let limit = Request::new("job", Duration::from_secs(1)).limit(0).check();
+        assert!(matches!(limit, Err(Error::InvalidArgument(m)) if m.contains("limit 0")));
     }
 
     fn timeout() -> RedisError {
@@ -475,7 +439,7 @@ mod tests {
     }
 
     fn withdraws(next: &Next) -> bool {
-        matches!(next, Next::Fail(_, Some(cmd)) if cmd.args_iter().count() == 3)
+        matches!(next, Next::Fail(_, true))
     }
 
     #[test]
@@ -492,7 +456,7 @@ mod tests {
         let refused: RedisError = (redis::ErrorKind::Client, "WRONGTYPE").into();
         assert!(matches!(
             request.after_failure(refused, 0),
-            Next::Fail(_, None)
+            Next::Fail(_, false)
         ));
     }
 
@@ -509,7 +473,7 @@ mod tests {
         // Its caller may hold the lock under it already (a refresh).
         let request = Request::new("job", Duration::from_secs(5)).owner("me");
         let next = request.after_failure(timeout(), request.retry.attempts);
-        assert!(matches!(next, Next::Fail(Error::Connection(_), None)));
+        assert!(matches!(next, Next::Fail(Error::Connection(_), _)));
     }
 
     #[test]

@@ -4,12 +4,69 @@
 
 use std::time::{Duration, Instant};
 
-use redis::ConnectionLike;
+use redis::{Cmd, ConnectionLike, RedisResult, Value};
 
+use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::lease::margin;
 use crate::lock::{parse_info, Lock, LockInfo};
-use crate::request::{extend_command, info_command, release_command, Next, Request, Wait};
+use crate::machine::{read_flag, Acquire, Call, Detect, Input, Machine, Scripted, Single, Step};
+use crate::request::{extend_command, info_command, release_command, Request, Wait};
+
+/// Sends one command on a blocking connection and reads its reply, within a bound
+/// where the connection can be given one.
+pub(crate) trait Transport {
+    fn send(&mut self, call: &Call, bound: Option<Duration>) -> RedisResult<Value>;
+}
+
+/// The caller's own connection, with the timeouts the caller gave it.
+struct Borrowed<'c, C>(&'c mut C);
+
+impl<C: ConnectionLike> Transport for Borrowed<'_, C> {
+    fn send(&mut self, call: &Call, _bound: Option<Duration>) -> RedisResult<Value> {
+        match call {
+            Call::One(cmd) => cmd.query(self.0),
+            Call::Pipe(pipe) => pipe.query(self.0),
+        }
+    }
+}
+
+/// Drives `machine` to its result with blocking I/O on `io`.
+pub(crate) fn drive<M: Machine>(io: &mut impl Transport, mut machine: M) -> Result<M::Output> {
+    let mut input = Input::Start;
+    loop {
+        match machine.step(input) {
+            Step::Send(cmd, bound) => input = Input::Reply(io.send(&cmd, bound)),
+            Step::Sleep(pause) => {
+                std::thread::sleep(pause);
+                input = Input::Slept;
+            }
+            Step::Done(result) => return result,
+        }
+    }
+}
+
+/// One call on `io`, its reply read by `read`.
+pub(crate) fn call<T>(
+    io: &mut impl Transport,
+    cmd: Cmd,
+    read: fn(Value) -> Result<T>,
+) -> Result<T> {
+    drive(io, Scripted::new(Single::new(cmd, read)))
+}
+
+pub(crate) fn extend_on(io: &mut impl Transport, lock: &Lock, ttl: Duration) -> Result<bool> {
+    let command = extend_command(lock, ttl)?;
+    let sent = Instant::now();
+    let extended = call(io, command, read_flag)?;
+    lock.extended(extended, sent, ttl);
+    Ok(extended)
+}
+
+pub(crate) fn release_on(io: &mut impl Transport, lock: &Lock) -> Result<bool> {
+    let released = call(io, release_command(lock)?, read_flag)?;
+    lock.released(released);
+    Ok(released)
+}
 
 /// The lock commands, for every blocking connection. Import the trait and call them
 /// on the connection, as with [`redis::Commands`].
@@ -17,7 +74,13 @@ use crate::request::{extend_command, info_command, release_command, Next, Reques
 /// A blocking connection is used by one thread at a time, so a wait on it holds up
 /// only its caller. Its read timeout must be longer than the wait (a plain
 /// connection has none unless set); otherwise the acquire fails with
-/// [`Error::ResponseTimeout`] and withdraws the request.
+/// [`Error::ResponseTimeout`] and withdraws the request. That read timeout is also
+/// the only bound of the wait when the server hangs: a
+/// [`BlockingLockClient`](crate::BlockingLockClient) sets it for every wait.
+///
+/// These methods speak to the module unless told otherwise: a [`Request::backend`],
+/// [`lock_info_with`](Self::lock_info_with); [`detect_backend`](Self::detect_backend)
+/// asks the server what it offers.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -49,80 +112,48 @@ pub trait LockCommands: ConnectionLike + Sized {
     /// if it got one. A request that cannot be answered is withdrawn (its fresh
     /// owner released on the same connection, after it).
     fn acquire_with(&mut self, request: Request) -> Result<Option<Lock>> {
-        let command = request.command()?;
-        let pipeline = request.durable.map(|_| request.pipeline()).transpose()?;
-        let mut attempt = 0;
-        loop {
-            let sent = Instant::now();
-            let reply = match &pipeline {
-                Some(pipe) => pipe
-                    .query::<(Option<i64>, i64)>(self)
-                    .map(|(token, acked)| (token, Some(acked))),
-                None => command
-                    .query::<Option<i64>>(self)
-                    .map(|token| (token, None)),
-            };
-            match reply {
-                Ok((None, _)) => return Ok(None),
-                Ok((Some(token), acked)) => {
-                    let lock = request.granted(token, sent);
-                    if let (Some(durable), Some(acked)) = (request.durable, acked) {
-                        if acked < i64::from(durable.replicas) {
-                            let released = self.release(&lock).unwrap_or(false);
-                            return Err(Error::NotReplicated {
-                                key: request.key,
-                                wanted: durable.replicas,
-                                acked,
-                                released,
-                            });
-                        }
-                    }
-                    if sent.elapsed() > margin(lock.ttl()) {
-                        // Granted after a wait: the server counts the TTL from the
-                        // grant, the lease from the send. An extend brings the lease
-                        // up to date; if it fails, the shorter lease stays.
-                        let _ = self.extend(&lock, lock.ttl());
-                    }
-                    lock.acquired();
-                    return Ok(Some(lock));
-                }
-                Err(error) => match request.after_failure(error, attempt) {
-                    Next::Retry(delay) => {
-                        std::thread::sleep(delay);
-                        attempt += 1;
-                    }
-                    Next::Fail(error, withdraw) => {
-                        if let Some(withdraw) = withdraw {
-                            let _ = withdraw.query::<i64>(self);
-                        }
-                        return Err(error);
-                    }
-                },
-            }
-        }
+        drive(&mut Borrowed(self), Acquire::new(request)?)
     }
 
     /// Sets the remaining TTL of `lock` to `ttl` and moves its lease; `false` if it
     /// is no longer held by this owner (it is then never re-created, and the lock
     /// reports itself lost).
     fn extend(&mut self, lock: &Lock, ttl: Duration) -> Result<bool> {
-        let command = extend_command(lock, ttl)?;
-        let sent = Instant::now();
-        let extended = command.query::<i64>(self)? == 1;
-        lock.extended(extended, sent, ttl);
-        Ok(extended)
+        extend_on(&mut Borrowed(self), lock, ttl)
     }
 
     /// Releases `lock`; `false` if it was no longer held by this owner.
     fn release(&mut self, lock: &Lock) -> Result<bool> {
-        let released = release_command(lock).query::<i64>(self)? == 1;
-        lock.released(released);
-        Ok(released)
+        release_on(&mut Borrowed(self), lock)
     }
 
     /// Who holds the lock at `key`, its TTL, token and waiters; `None` if it is free.
+    /// Asks the module; [`lock_info_with`](Self::lock_info_with) asks a backend.
     fn lock_info(&mut self, key: &str) -> Result<Option<LockInfo>> {
-        parse_info(info_command(key).query(self)?)
+        self.lock_info_with(key, Backend::Module)
+    }
+
+    /// [`lock_info`](Self::lock_info) through `backend`.
+    fn lock_info_with(&mut self, key: &str, backend: Backend) -> Result<Option<LockInfo>> {
+        call(&mut Borrowed(self), info_command(backend, key), parse_info)
+    }
+
+    /// Which backend the server offers (`forced`: that one, checked): the module if
+    /// loaded, else the `redislock` library, else the library as a script. Give it
+    /// to [`Request::backend`] and [`lock_info_with`](Self::lock_info_with).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redis_lock_client::{LockCommands, Request};
+    ///
+    /// # fn main() -> redis_lock_client::Result<()> {
+    /// let mut con = redis::Client::open("redis://127.0.0.1:6390/").unwrap().get_connection().unwrap();
+    /// let backend = con.detect_backend(None)?;
+    /// let lock = con.acquire_with(Request::new("job", Duration::from_secs(30)).backend(backend))?;
+    /// # Ok(()) }
+    /// ```
+    fn detect_backend(&mut self, forced: Option<Backend>) -> Result<Backend> {
+        drive(&mut Borrowed(self), Detect::new(forced))
     }
 
     /// Takes the lock at `key` (waiting as `wait` says) and returns a guard that
@@ -133,7 +164,13 @@ pub trait LockCommands: ConnectionLike + Sized {
         ttl: Duration,
         wait: Wait,
     ) -> Result<Option<LockGuard<'_, Self>>> {
-        let lock = self.acquire_with(Request::new(key, ttl).wait(wait))?;
+        self.lock_guard_with(Request::new(key, ttl).wait(wait))
+    }
+
+    /// [`lock_guard`](Self::lock_guard) for any [`Request`]: a backend, a mode, a
+    /// given owner.
+    fn lock_guard_with(&mut self, request: Request) -> Result<Option<LockGuard<'_, Self>>> {
+        let lock = self.acquire_with(request)?;
         Ok(lock.map(|lock| LockGuard {
             con: self,
             lock,
@@ -167,7 +204,16 @@ pub trait LockCommands: ConnectionLike + Sized {
         ttl: Duration,
         work: impl FnOnce(&Lock, &mut Self) -> T,
     ) -> Result<Option<Locked<T>>> {
-        let Some(guard) = self.lock_guard(key, ttl, Wait::No)? else {
+        self.run_locked_with(Request::new(key, ttl), work)
+    }
+
+    /// [`run_locked`](Self::run_locked) for any [`Request`].
+    fn run_locked_with<T>(
+        &mut self,
+        request: Request,
+        work: impl FnOnce(&Lock, &mut Self) -> T,
+    ) -> Result<Option<Locked<T>>> {
+        let Some(guard) = self.lock_guard_with(request)? else {
             return Ok(None);
         };
         let value = work(&guard.lock, guard.con);

@@ -3,6 +3,9 @@
 
 use redis_lock_testkit as common;
 
+#[path = "support/backend.rs"]
+mod on_backend;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,10 +14,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{lock_stat, Config, Server};
+use on_backend::{AsyncLockCommands, LockCommands};
 use redis::AsyncConnectionConfig;
-use redis_lock_client::{
-    AsyncLockCommands, Error, LockClient, LockCommands, Renewer, Request, Wait,
-};
+use redis_lock_client::{Backend, Error, LockClient, Renewer, Request, Wait};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -30,7 +32,7 @@ async fn async_con(server: &Server) -> redis::aio::MultiplexedConnection {
 
 #[test]
 fn sync_acquire_extend_info_release() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = server.connection();
     let lock = con.try_acquire("job", TTL).unwrap().expect("free");
     assert!(lock.token() > 0);
@@ -61,7 +63,7 @@ fn uuid_like(owner: &str) -> bool {
 
 #[test]
 fn sync_acquire_waits_in_the_server() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = server.connection();
     let held = con
         .try_acquire("job", Duration::from_millis(300))
@@ -83,7 +85,7 @@ fn sync_acquire_waits_in_the_server() {
 
 #[test]
 fn a_guard_releases_when_dropped() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = server.connection();
     {
         let guard = con.lock_guard("job", TTL, Wait::No).unwrap().expect("free");
@@ -108,7 +110,7 @@ fn a_guard_releases_when_dropped() {
 
 #[test]
 fn run_locked_runs_only_when_won_and_always_releases() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = server.connection();
     let done = con
         .run_locked("job", TTL, |lock, con| {
@@ -148,7 +150,7 @@ fn run_locked_runs_only_when_won_and_always_releases() {
 
 #[test]
 fn a_given_owner_gets_its_token_back() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = server.connection();
     let request = Request::new("job", TTL).owner("worker-1");
     let first = con.acquire_with(request.clone()).unwrap().unwrap();
@@ -203,7 +205,7 @@ fn reply_losing_proxy(server_port: u16) -> u16 {
 
 #[test]
 fn an_acquire_whose_reply_was_lost_is_retried_and_learns_its_token() {
-    let server = Server::start();
+    let server = common::lock_server();
     let proxy = reply_losing_proxy(server.port);
     // A Client as connection: every command on a fresh connection through the proxy.
     let mut via_proxy = redis::Client::open(format!("redis://127.0.0.1:{proxy}/")).unwrap();
@@ -215,16 +217,21 @@ fn an_acquire_whose_reply_was_lost_is_retried_and_learns_its_token() {
     let info = con.lock_info("job").unwrap().unwrap();
     assert_eq!(info.token, lock.token());
     assert_eq!(info.owner, lock.owner());
-    assert_eq!(lock_stat(&mut con, "acquisitions"), 1, "one grant");
-    assert_eq!(
-        lock_stat(&mut con, "refreshes"),
-        1,
-        "the retry refreshed it"
-    );
+    if common::on_module("the INFO lock counters") {
+        assert_eq!(lock_stat(&mut con, "acquisitions"), 1, "one grant");
+        assert_eq!(
+            lock_stat(&mut con, "refreshes"),
+            1,
+            "the retry refreshed it"
+        );
+    }
 }
 
 #[test]
 fn a_server_without_the_module_is_a_clear_error() {
+    if !common::on_module("a_server_without_the_module_is_a_clear_error") {
+        return;
+    }
     let server = Server::with(Config::default().without_module());
     let mut con = server.connection();
     let error = con.try_acquire("job", TTL).unwrap_err();
@@ -235,16 +242,24 @@ fn a_server_without_the_module_is_a_clear_error() {
     let error = con.acquire_with(durable.clone()).unwrap_err();
     assert!(matches!(error, Error::ModuleNotLoaded(_)), "{error:?}");
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let locks = LockClient::new(server.client());
+    let locks = LockClient::new(server.client()).backend(Some(Backend::Module));
     for request in [Request::new("job", TTL), durable] {
         let error = runtime.block_on(locks.acquire_with(request)).unwrap_err();
-        assert!(matches!(error, Error::ModuleNotLoaded(_)), "{error:?}");
+        assert!(matches!(error, Error::NoBackend(_)), "{error:?}");
+        assert!(error.to_string().contains("no module"), "{error}");
     }
+    // Left to find a backend, the client takes the library as a script.
+    let locks = LockClient::new(server.client());
+    let lock = runtime
+        .block_on(locks.acquire("job", TTL, Wait::No))
+        .unwrap()
+        .unwrap();
+    assert_eq!(lock.backend(), Backend::Scripts);
 }
 
 #[test]
 fn server_errors_are_typed() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = server.connection();
     let _: () = redis::cmd("SET")
         .arg("text")
@@ -267,7 +282,7 @@ fn server_errors_are_typed() {
 
 #[test]
 fn a_thread_renewer_keeps_a_lock_past_its_ttl_and_reports_loss() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = server.connection();
     let lock = con
         .try_acquire("job", Duration::from_millis(300))
@@ -284,7 +299,7 @@ fn a_thread_renewer_keeps_a_lock_past_its_ttl_and_reports_loss() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_acquire_wait_extend_release() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = async_con(&server).await;
     let lock = con
         .try_acquire("job", Duration::from_millis(300))
@@ -308,7 +323,7 @@ async fn async_acquire_wait_extend_release() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_async_guard_releases_in_the_background_when_dropped() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = async_con(&server).await;
     let guard = con
         .lock_guard(Request::new("job", TTL))
@@ -328,7 +343,7 @@ async fn an_async_guard_releases_in_the_background_when_dropped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_locked_renews_past_the_first_ttl() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = async_con(&server).await;
     let mut observer = async_con(&server).await;
     let done = con
@@ -351,7 +366,7 @@ async fn run_locked_renews_past_the_first_ttl() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_loss_signal_fires_when_the_key_is_deleted_under_the_work() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = async_con(&server).await;
     let mut admin = async_con(&server).await;
     let started = Instant::now();
@@ -384,10 +399,13 @@ async fn the_loss_signal_fires_when_the_key_is_deleted_under_the_work() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_manager_survives_a_server_restart() {
-    let mut server = Server::start();
+    let mut server = common::lock_server();
     let mut con = server.client().get_connection_manager().await.unwrap();
     let first = con.try_acquire("job", TTL).await.unwrap().unwrap();
     server.restart(); // no persistence: the lock is gone with the old process
+    if common::backend_name() == "functions" {
+        common::load_library(&mut server.connection()); // and so is the library
+    }
     let deadline = Instant::now() + Duration::from_secs(10);
     let second = loop {
         match con.try_acquire("job", TTL).await {
@@ -416,7 +434,7 @@ type Ghost = (
 fn a_wait_longer_than_the_response_timeout(
     ghost: impl FnOnce(&Server) -> thread::JoinHandle<Ghost>,
 ) {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut holder = server.connection();
     let held = holder.try_acquire("job", TTL).unwrap().unwrap();
     let waiting = |con: &mut redis::Connection, n: u64| {
@@ -454,11 +472,13 @@ fn a_wait_longer_than_the_response_timeout(
     let info = holder.lock_info("job").unwrap().unwrap();
     assert_eq!(info.owner, lock.owner());
     assert_eq!(info.waiters, 0);
-    assert_eq!(
-        lock_stat(&mut holder, "hand_offs"),
-        2,
-        "ghost, then the patient waiter"
-    );
+    if common::on_module("the INFO lock counters") {
+        assert_eq!(
+            lock_stat(&mut holder, "hand_offs"),
+            2,
+            "ghost, then the patient waiter"
+        );
+    }
 }
 
 #[test]
@@ -476,7 +496,7 @@ fn a_sync_wait_past_the_read_timeout_fails_clearly_and_is_withdrawn() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_on_its_own_connection_outlasts_the_default_timeout_and_cancels_cleanly() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = async_con(&server).await;
     let held = con.try_acquire("job", TTL).await.unwrap().unwrap();
     let waiters = |con: &mut redis::aio::MultiplexedConnection| {
@@ -524,5 +544,108 @@ async fn a_wait_on_its_own_connection_outlasts_the_default_timeout_and_cancels_c
     let info = con.lock_info("job").await.unwrap().unwrap();
     assert_eq!(info.owner, lock.owner());
     assert_eq!(info.waiters, 0);
-    assert_eq!(lock_stat(&mut server.connection(), "hand_offs"), 1);
+    if common::on_module("the INFO lock counters") {
+        assert_eq!(lock_stat(&mut server.connection(), "hand_offs"), 1);
+    }
+}
+
+/// `NOSCRIPT` (a restart, `SCRIPT FLUSH`, a failover to a node that never saw the
+/// script) loads the library again and sends the call once more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scripts_backend_loads_the_library_again_after_a_script_flush() {
+    let server = Server::with(Config::default().without_module());
+    let flush = || {
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query(&mut server.connection())
+            .unwrap();
+    };
+    let locks = LockClient::new(server.client()).backend(Some(Backend::Scripts));
+    flush();
+    let lock = locks.acquire("job", TTL, Wait::No).await.unwrap().unwrap();
+    assert_eq!(lock.backend(), Backend::Scripts);
+    flush();
+    assert!(locks.extend(&lock, TTL).await.unwrap());
+    flush();
+    let info = locks.lock_info("job").await.unwrap().unwrap();
+    assert_eq!(info.owner, lock.owner());
+    flush();
+    assert!(locks.release(&lock).await.unwrap());
+}
+
+/// A library older than the client is refused before any lock call, naming both
+/// versions; a server with nothing at all says what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_library_or_none_is_a_clear_error() {
+    let server = Server::with(Config::default().without_module());
+    let old = common::library_source().replace("local VERSION = 1", "local VERSION = 0");
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(old)
+        .query(&mut server.connection())
+        .unwrap();
+    let locks = LockClient::new(server.client());
+    let error = locks.acquire("job", TTL, Wait::No).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::LibraryTooOld {
+                found: 0,
+                wanted: 1
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("version 0"), "{error}");
+    assert!(error.to_string().contains("version 1"), "{error}");
+    assert!(
+        locks.load_library().await.unwrap() >= 1,
+        "functions load upgrades it"
+    );
+    let locks = LockClient::new(server.client());
+    let lock = locks.acquire("job", TTL, Wait::No).await.unwrap().unwrap();
+    assert_eq!(lock.backend(), Backend::Functions);
+
+    // No FUNCTION, no EVALSHA for this user: one line that says what to do.
+    let mut admin = server.connection();
+    let acl = [
+        "SETUSER",
+        "app",
+        "on",
+        "nopass",
+        "~*",
+        "+@all",
+        "-function",
+        "-fcall",
+        "-fcall_ro",
+        "-evalsha",
+        "-eval",
+        "-script",
+    ];
+    let _: () = redis::cmd("ACL").arg(&acl[..]).query(&mut admin).unwrap();
+    let port = server.port;
+    let app = redis::Client::open(format!("redis://app:secret@127.0.0.1:{port}/")).unwrap();
+    let error = LockClient::new(app)
+        .acquire("job2", TTL, Wait::No)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::NoBackend(_)), "{error:?}");
+    let text = error.to_string();
+    assert!(text.contains("redis-lock functions load"), "{text}");
+    assert_eq!(text.lines().count(), 1, "{text}");
+}
+
+/// A durable acquire is a pipeline: its `NOSCRIPT` is reloaded and retried too.
+#[test]
+fn a_durable_acquire_through_scripts_survives_a_script_flush() {
+    let server = Server::with(Config::default().without_module());
+    let mut con = server.connection();
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut con).unwrap();
+    let request = Request::new("job", TTL)
+        .durable(0, Duration::from_millis(10))
+        .backend(Backend::Scripts);
+    let lock = redis_lock_client::LockCommands::acquire_with(&mut con, request)
+        .unwrap()
+        .expect("granted");
+    assert_eq!(lock.backend(), Backend::Scripts);
 }

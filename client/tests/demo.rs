@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use redis_lock_testkit::Server;
+use redis_lock_testkit as common;
 #[path = "../examples/workers.rs"]
 mod workers;
 
@@ -61,7 +61,7 @@ fn assert_each_job_once_per_round(report: &Report, rounds: usize) {
 
 #[test]
 fn every_job_runs_once_per_round_and_a_second_run_works_too() {
-    let server = Server::start();
+    let server = common::lock_server();
     let exe = worker_exe();
     for workers in [1, 4] {
         let report = run_demo(&server.url(), &options(workers, false), &exe).unwrap();
@@ -72,7 +72,7 @@ fn every_job_runs_once_per_round_and_a_second_run_works_too() {
 
 #[test]
 fn a_worker_killed_mid_job_is_taken_over() {
-    let server = Server::start();
+    let server = common::lock_server();
     let exe = worker_exe();
     let report = run_demo(&server.url(), &options(3, true), &exe).unwrap();
     assert_each_job_once_per_round(&report, 2);

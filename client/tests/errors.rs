@@ -2,10 +2,13 @@
 
 use redis_lock_testkit as common;
 
+#[path = "support/backend.rs"]
+mod on_backend;
+
 use std::time::Duration;
 
-use common::Server;
-use redis_lock_client::{Error, LockClient, LockCommands, Wait, MAX_MILLIS};
+use on_backend::LockCommands;
+use redis_lock_client::{Error, LockClient, Wait, MAX_MILLIS};
 
 #[test]
 fn bad_ttls_and_waits_are_refused_before_anything_is_sent() {
@@ -35,7 +38,7 @@ fn bad_ttls_and_waits_are_refused_before_anything_is_sent() {
         .unwrap_err();
     assert!(matches!(error, Error::InvalidArgument(_)), "{error}");
 
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = server.connection();
     let lock = con
         .try_acquire("job", Duration::from_secs(30))
@@ -48,7 +51,7 @@ fn bad_ttls_and_waits_are_refused_before_anything_is_sent() {
 
 #[test]
 fn a_tiny_ttl_is_rounded_up_not_refused_and_its_lease_is_already_over() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = server.connection();
     let lock = con
         .try_acquire("job", Duration::from_micros(10))

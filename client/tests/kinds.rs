@@ -3,16 +3,19 @@
 
 use redis_lock_testkit as common;
 
+#[path = "support/backend.rs"]
+mod on_backend;
+
 use std::time::Duration;
 
-use common::Server;
-use redis_lock_client::{Error, LockClient, LockCommands, Mode, Request, Wait, MAX_PERMITS};
+use on_backend::LockCommands;
+use redis_lock_client::{Error, LockClient, Mode, Request, Wait, MAX_PERMITS};
 
 const TTL: Duration = Duration::from_secs(30);
 
 #[test]
 fn readers_share_and_a_writer_waits_for_them() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = server.connection();
     let reader = |con: &mut redis::Connection| con.acquire_with(Request::new("doc", TTL).shared());
     let r1 = reader(&mut con).unwrap().expect("a reader");
@@ -36,7 +39,7 @@ fn readers_share_and_a_writer_waits_for_them() {
 
 #[test]
 fn a_semaphore_gives_out_its_permits_and_no_more() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = server.connection();
     let permit = || Request::new("exports", TTL).limit(3);
     let held: Vec<_> = (0..3)
@@ -60,7 +63,7 @@ fn a_semaphore_gives_out_its_permits_and_no_more() {
 
 #[test]
 fn a_limit_outside_its_range_is_refused_before_anything_is_sent() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = server.connection();
     for permits in [0, MAX_PERMITS + 1] {
         let error = con
@@ -73,7 +76,7 @@ fn a_limit_outside_its_range_is_refused_before_anything_is_sent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_client_waits_for_a_permit_on_its_own_connection() {
-    let server = Server::start();
+    let server = common::lock_server();
     let client = LockClient::new(server.client());
     let first = client
         .acquire_with(Request::new("jobs", TTL).limit(1))

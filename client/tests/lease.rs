@@ -8,16 +8,18 @@
 
 use redis_lock_testkit as common;
 
+#[path = "support/backend.rs"]
+mod on_backend;
+
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::proxy::Proxy;
 use common::Server;
+use on_backend::{AsyncLockCommands, LockCommands};
 use redis::aio::ConnectionLike;
 use redis::AsyncConnectionConfig;
-use redis_lock_client::{
-    AsyncLockCommands, AsyncRenewer, LockClient, LockCommands, Renewer, Request, Wait,
-};
+use redis_lock_client::{AsyncRenewer, LockClient, Renewer, Request, Wait};
 
 /// Long enough that the 10% margin (200 ms) dwarfs a noisy machine's scheduling.
 const TTL: Duration = Duration::from_secs(2);
@@ -231,19 +233,15 @@ impl Drop for Resume<'_> {
     }
 }
 
-/// A rival on its own direct connection: `LOCK.ACQUIRE … WAIT`, and when it was
-/// granted.
+/// A rival on its own direct connection, waiting for the lock (`LOCK.ACQUIRE … WAIT`,
+/// or the library's waiting protocol), and when it was granted.
 fn rival(server: &Server) -> thread::JoinHandle<Instant> {
     let mut con = server.connection();
     thread::spawn(move || {
-        let token: Option<i64> = redis::cmd("LOCK.ACQUIRE")
-            .arg(KEY)
-            .arg("rival")
-            .arg(60_000)
-            .arg("WAIT")
-            .arg(20_000)
-            .query(&mut con)
-            .expect("the rival's wait");
+        let request = Request::new(KEY, Duration::from_secs(60))
+            .owner("rival")
+            .wait(Duration::from_secs(20));
+        let token = con.acquire_with(request).expect("the rival's wait");
         assert!(
             token.is_some(),
             "the rival was granted the lock within 20 s"
@@ -261,7 +259,7 @@ fn waiters(server: &Server) -> u64 {
 }
 
 fn scenario(holder: Holder, fault: Fault) {
-    let server = Server::start();
+    let server = common::lock_server();
     let proxy = Proxy::start(server.port);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -348,7 +346,7 @@ scenarios! {
 /// the release still reach the server, later).
 #[test]
 fn a_delayed_path_keeps_the_lock_or_loses_it_before_the_rival() {
-    let server = Server::start();
+    let server = common::lock_server();
     let proxy = Proxy::start(server.port);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     proxy.delay(Duration::from_millis(100));

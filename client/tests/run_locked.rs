@@ -4,11 +4,15 @@
 
 use redis_lock_testkit as common;
 
+#[path = "support/backend.rs"]
+mod on_backend;
+
 use std::time::{Duration, Instant};
 
 use common::proxy::Proxy;
 use common::Server;
-use redis_lock_client::{AsyncLockCommands, LockClient, LockCommands, Request, Wait};
+use on_backend::{AsyncLockCommands, LockCommands};
+use redis_lock_client::{LockClient, Request, Wait};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -20,7 +24,7 @@ fn released_soon(server: &Server, key: &str) {
 
 #[test]
 fn a_failed_release_keeps_the_works_result_blocking() {
-    let server = Server::start();
+    let server = common::lock_server();
     let proxy = Proxy::start(server.port);
     let mut con = proxy.client().get_connection().unwrap();
     con.set_read_timeout(Some(Duration::from_millis(300)))
@@ -39,7 +43,7 @@ fn a_failed_release_keeps_the_works_result_blocking() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_release_keeps_the_works_result_async() {
-    let server = Server::start();
+    let server = common::lock_server();
     let proxy = Proxy::start(server.port);
     let mut con = proxy
         .client()
@@ -77,7 +81,7 @@ async fn a_failed_release_keeps_the_works_result_async() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_locked_releases_when_the_work_panics() {
-    let server = Server::start();
+    let server = common::lock_server();
     let con = server
         .client()
         .get_multiplexed_async_connection()
@@ -108,7 +112,7 @@ async fn run_locked_releases_when_the_work_panics() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_locked_releases_when_cancelled() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = server.client().get_connection_manager().await.unwrap();
     let work = |_lock, _lost| async { tokio::time::sleep(Duration::from_secs(60)).await };
     let cancelled =
@@ -126,7 +130,7 @@ async fn run_locked_releases_when_cancelled() {
 
 #[test]
 fn a_guard_that_outlives_its_runtime_still_releases() {
-    let server = Server::start();
+    let server = common::lock_server();
     let locks = LockClient::new(server.client());
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let guard = runtime

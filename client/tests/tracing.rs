@@ -4,11 +4,13 @@
 
 use redis_lock_testkit as common;
 
+#[path = "support/backend.rs"]
+mod on_backend;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::proxy::Proxy;
-use common::Server;
 use redis_lock_client::{LockClient, Request, Wait};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -58,7 +60,7 @@ impl Subscriber for Captured {
 
 #[test]
 fn acquire_renewal_failure_loss_and_release_are_traced() {
-    let server = Server::start();
+    let server = common::lock_server();
     let proxy = Proxy::start(server.port);
     let captured = Captured::default();
     let _default = tracing::subscriber::set_default(captured.clone());

@@ -4,20 +4,21 @@
 
 use redis_lock_testkit as common;
 
+#[path = "support/backend.rs"]
+mod on_backend;
+
 use std::time::{Duration, Instant};
 
 use common::proxy::Proxy;
-use common::Server;
+use on_backend::{AsyncLockCommands, LockCommands};
 use redis::AsyncConnectionConfig;
-use redis_lock_client::{
-    AsyncLockCommands, Error, LockClient, LockCommands, Request, Wait, WAIT_MARGIN,
-};
+use redis_lock_client::{BlockingLockClient, Error, LockClient, Request, Wait, WAIT_MARGIN};
 
 const TTL: Duration = Duration::from_secs(30);
 
 #[test]
 fn a_wait_under_a_millisecond_waits_a_millisecond_not_forever() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut holder = server.connection();
     let held = holder.try_acquire("job", TTL).unwrap().unwrap();
     let mut con = server.connection();
@@ -40,7 +41,7 @@ fn a_wait_under_a_millisecond_waits_a_millisecond_not_forever() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_async_connection_refuses_to_wait() {
-    let server = Server::start();
+    let server = common::lock_server();
     let mut con = server.client().get_connection_manager().await.unwrap();
     let request = Request::new("job", TTL).wait(Wait::For(Duration::from_secs(5)));
     let error = con.acquire_with(request.clone()).await.unwrap_err();
@@ -62,7 +63,7 @@ async fn a_shared_async_connection_refuses_to_wait() {
 /// TTL), and a shared connection keeps answering meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_waiters_hold_up_nothing_and_hand_off_at_once() {
-    let server = Server::start();
+    let server = common::lock_server();
     let locks = LockClient::new(server.client());
     let mut shared = server
         .client()
@@ -108,7 +109,7 @@ async fn many_waiters_hold_up_nothing_and_hand_off_at_once() {
 /// the lock never stays with the owner that stopped waiting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_wait_leaves_no_ghost_owner() {
-    let server = Server::start();
+    let server = common::lock_server();
     let config = AsyncConnectionConfig::new().set_response_timeout(None);
     let mut con = server
         .client()
@@ -168,7 +169,7 @@ async fn a_cancelled_wait_leaves_no_ghost_owner() {
 /// wait plus the margin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_gives_up_in_time_when_the_server_stops_or_the_path_black_holes() {
-    let server = Server::start();
+    let server = common::lock_server();
     let proxy = Proxy::start(server.port);
     let mut holder = server.connection();
     let held = holder.try_acquire("job", TTL).unwrap().unwrap();
@@ -208,4 +209,59 @@ async fn a_wait_gives_up_in_time_when_the_server_stops_or_the_path_black_holes()
         );
     }
     assert!(holder.release(&held).unwrap());
+}
+
+/// The blocking client bounds its waits as the async one does: a server that
+/// answers nothing (stopped, or a black-holed path) gets the waiter back within
+/// its wait plus the margin, on every backend (a library wait is several calls,
+/// each bounded by what is left).
+#[test]
+fn a_blocking_wait_gives_up_in_time_when_the_server_stops_or_the_path_black_holes() {
+    let server = common::lock_server();
+    let proxy = Proxy::start(server.port);
+    let holder = BlockingLockClient::new(server.client());
+    let held = holder.acquire("job", TTL, Wait::No).unwrap().unwrap();
+    let wait = Duration::from_millis(500);
+    for stopped in [true, false] {
+        let locks = BlockingLockClient::new(if stopped {
+            server.client()
+        } else {
+            proxy.client()
+        });
+        let (answered, answer) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let result = locks.acquire("job", TTL, Wait::For(wait));
+            let _ = answered.send((result, started.elapsed()));
+        });
+        common::wait_until(Duration::from_secs(5), || {
+            holder
+                .lock_info("job")
+                .unwrap()
+                .is_some_and(|info| info.waiters == 1)
+        });
+        if stopped {
+            server.pause();
+        } else {
+            proxy.black_hole();
+        }
+        let answer = answer.recv_timeout(Duration::from_secs(10));
+        server.resume();
+        let (result, waited) = answer.expect("the blocking wait gave up in time");
+        assert!(
+            matches!(result, Err(Error::WaitUnanswered { .. })),
+            "stopped {stopped}: {result:?}"
+        );
+        assert!(
+            waited < wait + WAIT_MARGIN + Duration::from_secs(1),
+            "stopped {stopped}: gave up after {waited:?}"
+        );
+    }
+    assert!(holder.release(&held).unwrap());
+    // A waiter cut off before its give-up reached the server may be granted the
+    // lock by that release; it never collects it, and the grant lapses with the
+    // place's lease (2 s) on the library, at once on the module.
+    common::wait_until(Duration::from_secs(3), || {
+        holder.lock_info("job").unwrap().is_none()
+    });
 }

@@ -13,6 +13,7 @@ pub mod handoff;
 pub mod hashing;
 pub mod holdings;
 pub mod owner;
+pub mod protocol;
 pub mod queue;
 pub mod rules;
 pub mod shared;

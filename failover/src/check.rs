@@ -5,8 +5,9 @@
 //!   these happen; the fence is what must make them harmless.
 //! - **Token regressions**: a grant whose token is not greater than that of a grant
 //!   of the same key whose reply came before it was asked for (both held something).
-//! - **Equal tokens**: one token held by two holders (any key): two masters minted
-//!   it. The resource cannot tell their writes apart. Must be 0.
+//! - **Equal tokens**: one token held by two holders (any key; of the same key on the
+//!   function library, whose tokens are per key): two masters minted it. The
+//!   resource cannot tell their writes apart. Must be 0.
 //! - **Unresolved overlaps**: holders A and B of one key with writes of both accepted
 //!   after the other's first accepted write (A's accepted writes span B's first), in
 //!   the resource's own order of writes. That is the fence failing. Must be 0.
@@ -92,7 +93,19 @@ fn ms(ns: i128) -> f64 {
     ns as f64 / 1e6
 }
 
+/// Where a token must be unique: server-wide (the module's tokens), or per key (the
+/// function library's, docs/PROTOCOL.md "Tokens").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenScope {
+    Server,
+    Key,
+}
+
 pub fn check(records: &Records) -> Report {
+    check_scoped(records, TokenScope::Server)
+}
+
+pub fn check_scoped(records: &Records, scope: TokenScope) -> Report {
     let mut report = Report {
         grants: records.grants.len(),
         asks: records.asks,
@@ -121,7 +134,7 @@ pub fn check(records: &Records) -> Report {
         regressions(key, grants, &mut report.regressions);
         unresolved(key, grants, &mut report.unresolved);
     }
-    report.equal_tokens = equal_tokens(&records.grants);
+    report.equal_tokens = equal_tokens(&records.grants, scope);
     report.faults = records
         .faults
         .iter()
@@ -210,18 +223,23 @@ fn unresolved(key: &str, grants: &[&Grant], found: &mut Vec<String>) {
     }
 }
 
-fn equal_tokens(grants: &[Grant]) -> Vec<String> {
-    let mut owners: HashMap<i64, BTreeSet<(&str, usize)>> = HashMap::new();
+fn equal_tokens(grants: &[Grant], scope: TokenScope) -> Vec<String> {
+    let mut owners: HashMap<(i64, &str), BTreeSet<(&str, usize)>> = HashMap::new();
     for grant in grants {
+        let key = if scope == TokenScope::Key {
+            grant.key.as_str()
+        } else {
+            ""
+        };
         owners
-            .entry(grant.token)
+            .entry((grant.token, key))
             .or_default()
             .insert((&grant.owner, grant.node));
     }
     let mut found: Vec<String> = owners
         .into_iter()
         .filter(|(_, holders)| holders.len() > 1)
-        .map(|(token, holders)| {
+        .map(|((token, _), holders)| {
             let nodes: Vec<String> = holders.iter().map(|(_, n)| n.to_string()).collect();
             format!(
                 "token {token} held by {} holders (nodes {})",
@@ -340,6 +358,25 @@ mod tests {
         assert_eq!(report.overlaps.len(), 1);
         assert!(report.fence_held(), "{report:?}");
         assert_eq!(report.rejected_writes, 1);
+    }
+
+    #[test]
+    fn the_librarys_tokens_are_unique_per_key_only() {
+        let mut other_key = grant("b", 10, 0, 300, 400);
+        other_key.key = "j".into();
+        let grants = records(vec![grant("a", 10, 0, 0, 200), other_key]);
+        assert_eq!(
+            check_scoped(&grants, TokenScope::Server).equal_tokens.len(),
+            1
+        );
+        assert!(check_scoped(&grants, TokenScope::Key)
+            .equal_tokens
+            .is_empty());
+        let same_key = records(vec![grant("a", 10, 0, 0, 200), grant("b", 10, 0, 300, 400)]);
+        assert_eq!(
+            check_scoped(&same_key, TokenScope::Key).equal_tokens.len(),
+            1
+        );
     }
 
     #[test]

@@ -13,7 +13,11 @@ use crate::topology::Topology;
 
 /// Acquire round trips on a free key at the master (a direct connection), p50 and
 /// p99 in ms: what a durable acquire's `WAIT` costs when nothing fails.
-pub fn round_trips(topology: &Topology, durable: Option<u32>) -> Result<(f64, f64), String> {
+pub fn round_trips(
+    topology: &Topology,
+    durable: Option<u32>,
+    backend: redis_lock_client::Backend,
+) -> Result<(f64, f64), String> {
     let master = topology.settled().ok_or("no settled master")?;
     let url = topology.nodes[master].server.url();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -28,7 +32,8 @@ pub fn round_trips(topology: &Topology, durable: Option<u32>) -> Result<(f64, f6
             .map_err(|e| e.to_string())?;
         let mut took = Vec::new();
         for _ in 0..300 {
-            let mut request = Request::new("bench:round-trip", Duration::from_secs(5));
+            let mut request =
+                Request::new("bench:round-trip", Duration::from_secs(5)).backend(backend);
             if let Some(replicas) = durable {
                 request = request.durable(replicas, Duration::from_millis(200));
             }
@@ -241,9 +246,14 @@ pub fn summary(options: &Options, seed: u64, runs: &[ModeRun], took: Duration) -
     let _ = writeln!(md, "- machine: {}", machine());
     let _ = writeln!(
         md,
-        "- setup: a master and two replicas with the module, each behind a proxy; three \
+        "- setup: a master and two replicas with the {}, each behind a proxy; three \
          redis-sentinels (quorum 2, down-after-milliseconds 1000, failover-timeout 3000); \
-         a plain redis-server as the guarded resource (fenced-write script, token >= highest)"
+         a plain redis-server as the guarded resource (fenced-write script, token >= highest)",
+        if options.backend == "functions" {
+            "redislock function library (no module)"
+        } else {
+            "module"
+        }
     );
     let _ = writeln!(
         md,

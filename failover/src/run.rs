@@ -86,6 +86,10 @@ pub struct Options {
     /// The module (default: the workspace's debug build).
     #[arg(long)]
     pub module: Option<PathBuf>,
+    /// Where the locks live: `module`, or `functions` (plain servers with the
+    /// redislock library, loaded on the master and replicated).
+    #[arg(long, default_value = "module", value_parser = ["module", "functions"])]
+    pub backend: String,
     /// Writes the summary there too (bench/FAILOVER.md).
     #[arg(long)]
     pub write: Option<PathBuf>,
@@ -167,8 +171,14 @@ fn run_mode(options: &Options, mode: Mode, module: &Path, seed: u64) -> Result<M
     let work = tempfile::tempdir().map_err(|e| e.to_string())?;
     let dir = work.path().join(mode.name());
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let mut topology = Topology::start(module, &mode.settings(options.max_lag))?;
-    let latency = report::round_trips(&topology, mode.durable())?;
+    let library = options.backend == "functions";
+    let mut topology = Topology::start(module, library, &mode.settings(options.max_lag))?;
+    let backend = if library {
+        redis_lock_client::Backend::Functions
+    } else {
+        redis_lock_client::Backend::Module
+    };
+    let latency = report::round_trips(&topology, mode.durable(), backend)?;
     let log = Log::create(&dir.join("run.log")).map_err(|e| e.to_string())?;
     let trackers = Trackers::start(&topology, &log);
 
@@ -188,6 +198,7 @@ fn run_mode(options: &Options, mode: Mode, module: &Path, seed: u64) -> Result<M
             .args(["--ttl-ms", &options.ttl_ms.to_string()])
             .args(["--wait-ms", &options.wait_ms.to_string()])
             .args(["--until-ns", &until.to_string()])
+            .args(["--backend", &options.backend])
             .arg("--out")
             .arg(dir.join(format!("worker-{i}.log")));
         if i < options.beside {
@@ -251,7 +262,12 @@ fn run_mode(options: &Options, mode: Mode, module: &Path, seed: u64) -> Result<M
     drop(topology);
 
     let records = records::read(&dir).map_err(|e| format!("reading records: {e}"))?;
-    let report = check::check(&records);
+    let scope = if library {
+        check::TokenScope::Key
+    } else {
+        check::TokenScope::Server
+    };
+    let report = check::check_scoped(&records, scope);
     if let Some(keep) = &options.keep {
         let target = keep.join(mode.name());
         let _ = std::fs::remove_dir_all(&target);

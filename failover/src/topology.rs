@@ -165,11 +165,22 @@ pub struct Topology {
 impl Topology {
     /// Starts the nodes with `settings` (e.g. `min-replicas-to-write`), links the
     /// replicas, starts the sentinels and waits until they know each other.
-    pub fn start(module: &Path, settings: &[(String, String)]) -> Result<Topology, String> {
+    /// With `library`, the nodes are plain servers and the redislock library is
+    /// loaded on the master, whence it replicates (and reaches a restarted node by
+    /// its full sync).
+    pub fn start(
+        module: &Path,
+        library: bool,
+        settings: &[(String, String)],
+    ) -> Result<Topology, String> {
         let mut nodes = Vec::new();
         for _ in 0..3 {
-            let mut config = Config::default()
-                .module_file(module)
+            let base = if library {
+                Config::default().without_module()
+            } else {
+                Config::default().module_file(module)
+            };
+            let mut config = base
                 .set("replica-announce-ip", "127.0.0.1")
                 .set("repl-timeout", "5");
             for (name, value) in settings {
@@ -190,6 +201,33 @@ impl Topology {
                 proxy,
                 config,
             });
+        }
+        if library {
+            // Before the replicas attach: a bounded mode's min-replicas-to-write is
+            // lifted for the load, which the replicas then get by their full sync.
+            let mut con = nodes[0].server.connection();
+            let bound: Vec<String> = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("min-replicas-to-write")
+                .query(&mut con)
+                .map_err(|e| e.to_string())?;
+            let bound = bound.get(1).cloned().unwrap_or_else(|| "0".into());
+            let set = |con: &mut redis::Connection, value: &str| {
+                redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("min-replicas-to-write")
+                    .arg(value)
+                    .query::<()>(con)
+                    .map_err(|e| e.to_string())
+            };
+            set(&mut con, "0")?;
+            let _: String = redis::cmd("FUNCTION")
+                .arg("LOAD")
+                .arg("REPLACE")
+                .arg(redis_lock_client::LIBRARY_SOURCE)
+                .query(&mut con)
+                .map_err(|e| format!("FUNCTION LOAD: {e}"))?;
+            set(&mut con, &bound)?;
         }
         let master_proxy = nodes[0].proxy.port();
         for node in &nodes[1..] {

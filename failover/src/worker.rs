@@ -19,7 +19,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError, RedisResult, Script};
-use redis_lock_client::{Connector, Error, Lock, LockClient, Request, Sentinel, Wait};
+use redis_lock_client::{Backend, Connector, Error, Lock, LockClient, Request, Sentinel, Wait};
 
 use crate::now_ns;
 use crate::topology::MASTER_NAME;
@@ -53,6 +53,9 @@ pub struct Options {
     pub until_ns: i128,
     #[arg(long)]
     pub out: PathBuf,
+    /// `module` or `functions` (the redislock library).
+    #[arg(long, default_value = "module")]
+    pub backend: String,
 }
 
 /// How long past its wait an acquire may take before it counts as unanswered:
@@ -332,7 +335,7 @@ pub fn work(options: Options) -> i32 {
             return 2;
         };
         let mut worker = Worker {
-            locks: LockClient::new(route.clone()),
+            locks: LockClient::new(route.clone()).backend(options.backend.parse::<Backend>().ok()),
             route,
             nodes: ports.iter().map(|&(_, own)| own).collect(),
             resource,

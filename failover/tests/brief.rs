@@ -48,3 +48,34 @@ fn a_brief_failover_run_keeps_the_fence_in_both_modes() {
     }
     assert!(stdout.contains("failover: ok"), "{stdout}");
 }
+
+#[test]
+fn a_brief_failover_run_on_the_function_library_keeps_the_fence() {
+    let output = Command::new(env!("CARGO_BIN_EXE_lock-failover"))
+        .args(["run", "--modes", "plain", "--faults", "partition"])
+        .args(["--seconds", "9", "--wait-ms", "1000", "--seed", "14"])
+        .args(["--backend", "functions"])
+        .arg("--module")
+        .arg(redis_lock_testkit::module_path())
+        .output()
+        .expect("lock-failover");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    println!("{stdout}");
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let block = stdout.split("mode ").nth(1).expect("a mode's block");
+    assert!(field(block, "faults:").contains("1 partition"), "{block}");
+    let failovers: usize = field(block, "failovers observed:").parse().unwrap();
+    assert!(failovers >= 1, "no failover in\n{block}");
+    for label in [
+        "unanswered waiters:",
+        "equal tokens, two holders:",
+        "overlaps the fence did not resolve:",
+    ] {
+        assert_eq!(field(block, label), "0", "{label} in\n{block}");
+    }
+    assert_eq!(field(block, "verdict:"), "ok", "{block}");
+}

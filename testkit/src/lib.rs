@@ -944,3 +944,114 @@ pub fn load_library(con: &mut Connection) {
         .expect("FUNCTION LOAD");
     assert_eq!(name, "redislock");
 }
+
+/// The lock backend the client's and the CLI's suites run on, from
+/// `REDIS_LOCK_BACKEND`: `module` (the default), `functions` (a plain server with the
+/// `redislock` library loaded) or `scripts` (a plain server: the client sends the
+/// library itself; `REDIS62_SERVER` names a Redis 6.2 to run it on).
+pub fn backend_name() -> String {
+    match std::env::var("REDIS_LOCK_BACKEND") {
+        Ok(name) if !name.is_empty() => {
+            assert!(
+                ["module", "functions", "scripts"].contains(&name.as_str()),
+                "REDIS_LOCK_BACKEND={name:?}: expected module, functions or scripts"
+            );
+            name
+        }
+        _ => "module".into(),
+    }
+}
+
+/// True when the suites run on the module: tests of what only the module has
+/// (`INFO lock`, keyspace events, its type) say so and pass on the others.
+pub fn on_module(test: &str) -> bool {
+    let backend = backend_name();
+    if backend != "module" {
+        eprintln!("{test}: skipped on the {backend} backend (module only)");
+        return false;
+    }
+    true
+}
+
+/// A server for the backend under test ([`backend_name`]).
+pub fn lock_server() -> Server {
+    lock_server_with(Config::default())
+}
+
+/// [`lock_server`] with more settings.
+pub fn lock_server_with(config: Config) -> Server {
+    match backend_name().as_str() {
+        "functions" => {
+            let server = Server::with(config.without_module());
+            load_library(&mut server.connection());
+            server
+        }
+        "scripts" => {
+            let config = match std::env::var("REDIS62_SERVER") {
+                Ok(binary) if !binary.is_empty() && config.binary.is_none() => {
+                    config.binary(binary)
+                }
+                _ => config,
+            };
+            Server::with(config.without_module())
+        }
+        _ => Server::with(config),
+    }
+}
+
+/// The Redis 6.2 server binary for the scripts backend's own tests: `REDIS62_SERVER`,
+/// else `/opt/servers/bin/redis-6.2.16` if present; `None` (say why and skip) if
+/// neither is there, as on a clean machine with Debian's 7.0 only.
+pub fn redis62_server() -> Option<String> {
+    let binary = std::env::var("REDIS62_SERVER")
+        .ok()
+        .filter(|b| !b.is_empty())
+        .unwrap_or_else(|| "/opt/servers/bin/redis-6.2.16".into());
+    if Path::new(&binary).exists() {
+        return Some(binary);
+    }
+    eprintln!(
+        "skipped: no Redis 6.2 at {binary} (set REDIS62_SERVER to run the scripts path on 6.2)"
+    );
+    None
+}
+
+/// The call of `function` (`lock_acquire`, `lock_release`, `lock_extend`,
+/// `lock_info`) on `key` for the backend under test, for tests that send raw
+/// calls: `LOCK.ACQUIRE key`, `FCALL lock_acquire 1 key` or `EVAL <library> 1 key
+/// lock_acquire`. The arguments after the key follow.
+pub fn lock_cmd(function: &str, key: &str) -> redis::Cmd {
+    match backend_name().as_str() {
+        "module" => {
+            let name = function.trim_start_matches("lock_").to_ascii_uppercase();
+            let mut cmd = redis::cmd(&format!("LOCK.{name}"));
+            cmd.arg(key);
+            cmd
+        }
+        "functions" => {
+            let mut cmd = redis::cmd(if function == "lock_info" {
+                "FCALL_RO"
+            } else {
+                "FCALL"
+            });
+            cmd.arg(function).arg(1).arg(key);
+            cmd
+        }
+        _ => {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(library_script()).arg(1).arg(key).arg(function);
+            cmd
+        }
+    }
+}
+
+/// What a shell script passes to `redis-cli` to read a lock's info on the backend
+/// under test, before the key: `LOCK.INFO` or `FCALL_RO lock_info 1` (the scripts
+/// backend has no loaded library to call: use the functions one there).
+pub fn info_cli() -> &'static str {
+    if backend_name() == "module" {
+        "LOCK.INFO"
+    } else {
+        "FCALL_RO lock_info 1"
+    }
+}

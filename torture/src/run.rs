@@ -11,7 +11,7 @@ use rand::Rng;
 
 use redis_lock_testkit::{Config, Server};
 
-use crate::worker::Mode;
+use crate::worker::{LockBackend, Mode};
 use crate::{check, now_ns, record_file};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -41,6 +41,11 @@ pub struct Options {
     /// Permits of each semaphore (`--mode semaphore`).
     #[arg(long, default_value_t = 3)]
     pub permits: u32,
+    /// Where the locks live: the module, or the redislock function library loaded
+    /// into a plain server (`functions`; the library is in the AOF, so it survives
+    /// the restarts).
+    #[arg(long, value_enum, default_value_t = LockBackend::Module)]
+    pub backend: LockBackend,
 }
 
 fn signal(child: &Child, signal: &str) {
@@ -65,7 +70,14 @@ pub fn run(options: Options) -> i32 {
     let records = work_dir.path().join("records");
     std::fs::create_dir_all(&records).expect("records dir");
     let server = Config::default().binary(options.redis_server.as_str());
-    let mut locks = Server::with(server.clone().module_file(&module).aof());
+    let mut locks = match options.backend {
+        LockBackend::Module => Server::with(server.clone().module_file(&module).aof()),
+        LockBackend::Functions => {
+            let locks = Server::with(server.clone().without_module().aof());
+            redis_lock_testkit::load_library(&mut locks.connection());
+            locks
+        }
+    };
     let resource = Server::with(server.without_module());
 
     let until = now_ns() + (options.seconds * 1e9) as i128;
@@ -83,6 +95,7 @@ pub fn run(options: Options) -> i32 {
             .args(["--until-ns", &until.to_string()])
             .args(["--mode", mode_name(options.mode)])
             .args(["--permits", &options.permits.to_string()])
+            .args(["--backend", options.backend.name()])
             .arg("--out")
             .arg(record_file(&records, id, g))
             .spawn()
@@ -153,7 +166,7 @@ pub fn run(options: Options) -> i32 {
         }
     };
     println!(
-        "torture: {} workers, {} locks ({}), TTL {} ms, {:.0} s",
+        "torture: {} workers, {} locks ({}, {}), TTL {} ms, {:.0} s",
         options.workers,
         options.keys,
         match options.mode {
@@ -161,6 +174,7 @@ pub fn run(options: Options) -> i32 {
             Mode::Semaphore => format!("semaphores of {} permits", options.permits),
             Mode::Rw => "read-write".to_string(),
         },
+        options.backend.name(),
         options.ttl_ms,
         options.seconds
     );

@@ -5,7 +5,7 @@
 //! what it did):
 //! - `GRANT key token t_granted t_expires mode`: the holding was ours from
 //!   `t_granted` (reply received) to at least `t_expires` (a lower bound of its
-//!   expiry, from LOCK.INFO); `mode` is `x` (exclusive) or `s` (shared);
+//!   expiry, from LOCK.INFO or lock_info); `mode` is `x` (exclusive) or `s` (shared);
 //! - `END key token t_end accepted`: the work ended at `t_end`; an exclusive holder's
 //!   write was accepted (1) or rejected as stale (0), a shared holder writes nothing
 //!   (`-`).
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use redis::{Connection, Script};
-use redis_lock_client::{LockCommands, Request, Retry};
+use redis_lock_client::{Backend, LockCommands, Request, Retry};
 
 use crate::now_ns;
 
@@ -43,6 +43,34 @@ pub struct Options {
     pub permits: u32,
     #[arg(long)]
     pub out: PathBuf,
+    /// Where the locks live: the module, or the redislock library (`functions`).
+    #[arg(long, value_enum, default_value_t = LockBackend::Module)]
+    pub backend: LockBackend,
+}
+
+/// The lock's backend, as the command line names it.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockBackend {
+    /// The redis-lock module.
+    Module,
+    /// The redislock function library on a plain server (FCALL).
+    Functions,
+}
+
+impl LockBackend {
+    pub fn client(self) -> Backend {
+        match self {
+            LockBackend::Module => Backend::Module,
+            LockBackend::Functions => Backend::Functions,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LockBackend::Module => "module",
+            LockBackend::Functions => "functions",
+        }
+    }
 }
 
 /// What the workers contend for.
@@ -87,7 +115,8 @@ fn hold_once(
     let ttl = Duration::from_millis(options.ttl_ms);
     let mut request = Request::new(key.clone(), ttl)
         .wait(ttl * 2)
-        .retry(Retry::NONE);
+        .retry(Retry::NONE)
+        .backend(options.backend.client());
     let shared = match options.mode {
         Mode::Exclusive => false,
         Mode::Semaphore => {
@@ -105,7 +134,7 @@ fn hold_once(
     };
     let granted = now_ns();
     let info_sent = now_ns();
-    let info = locks.lock_info(&key).ok()?;
+    let info = locks.lock_info_with(&key, options.backend.client()).ok()?;
     // Ours until at least (INFO sent + TTL it reported); nothing if it is not ours.
     let ours = info.and_then(|info| {
         info.holders

@@ -6,6 +6,10 @@ use redis_lock_testkit as common;
 use std::process::Command;
 
 fn brief_run(mode: &str, seconds: &str) {
+    brief_run_on("module", mode, seconds);
+}
+
+fn brief_run_on(backend: &str, mode: &str, seconds: &str) {
     let module = common::module_path();
     let output = Command::new(env!("CARGO_BIN_EXE_lock-torture"))
         .args([
@@ -18,6 +22,7 @@ fn brief_run(mode: &str, seconds: &str) {
             "4",
         ])
         .args(["--mode", mode])
+        .args(["--backend", backend])
         .arg("--module")
         .arg(&module)
         .output()
@@ -52,4 +57,9 @@ fn a_brief_semaphore_torture_run_finds_no_violation() {
 #[test]
 fn a_brief_read_write_torture_run_finds_no_violation() {
     brief_run("rw", "4");
+}
+
+#[test]
+fn a_brief_torture_run_on_the_function_library_finds_no_violation() {
+    brief_run_on("functions", "rw", "4");
 }

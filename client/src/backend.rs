@@ -1,0 +1,222 @@
+//! Where the lock lives on the server: the redis-lock module's `LOCK.*` commands, or
+//! the `redislock` function library (`lua/redislock.lua`, docs/PROTOCOL.md) called
+//! with `FCALL`, or the same library sent as a script and called with `EVALSHA`.
+//!
+//! A [`Backend`] only turns a call into the command that carries it; the arguments
+//! after the key are the same on every backend (`redis_lock_core::protocol`).
+
+use std::sync::OnceLock;
+
+use redis::Cmd;
+use redis_lock_core::protocol::LIBRARY_VERSION;
+
+use crate::error::{Error, Result};
+
+/// The library, as `FUNCTION LOAD` takes it: the repository's one copy, built in.
+pub const LIBRARY_SOURCE: &str = include_str!("../../lua/redislock.lua");
+
+/// Which form of the lock a server offers, and the client uses.
+///
+/// A [`LockClient`](crate::LockClient) (and the `redis-lock` CLI) finds it out by
+/// itself: the module if the server has it, else the function library if it is
+/// loaded, else the library as a script. Force one with
+/// [`LockClient::backend`](crate::LockClient::backend).
+///
+/// ```
+/// use redis_lock_client::Backend;
+///
+/// assert_eq!("functions".parse::<Backend>().unwrap(), Backend::Functions);
+/// assert_eq!(Backend::Scripts.to_string(), "scripts");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Backend {
+    /// The redis-lock module: `LOCK.ACQUIRE`, … with waiting done in the server.
+    #[default]
+    Module,
+    /// The `redislock` library loaded with `FUNCTION LOAD`: `FCALL lock_acquire`, …
+    /// and the waiting protocol of docs/PROTOCOL.md.
+    Functions,
+    /// The same library sent by the client with `SCRIPT LOAD` and called with
+    /// `EVALSHA` (Redis 6.2, or an ACL without `FUNCTION`); loaded again on
+    /// `NOSCRIPT`.
+    Scripts,
+}
+
+impl Backend {
+    /// Every backend, in the order auto-detection tries them.
+    pub const ALL: [Backend; 3] = [Backend::Module, Backend::Functions, Backend::Scripts];
+
+    /// Its name: `module`, `functions` or `scripts`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Module => "module",
+            Backend::Functions => "functions",
+            Backend::Scripts => "scripts",
+        }
+    }
+
+    /// True for the backends whose waits are the library's protocol (a
+    /// conversation of calls and `BLPOP`s) rather than one blocking command.
+    pub(crate) fn is_library(self) -> bool {
+        self != Backend::Module
+    }
+
+    /// The command that makes library call `function` (`lock_acquire`, …) on `key`
+    /// (none for `lock_version`) with `args`, on this backend.
+    pub(crate) fn call(self, function: &str, key: Option<&str>, args: &[Vec<u8>]) -> Cmd {
+        let mut cmd = match self {
+            Backend::Module => {
+                let name = match function {
+                    "lock_acquire" => "LOCK.ACQUIRE",
+                    "lock_release" => "LOCK.RELEASE",
+                    "lock_extend" => "LOCK.EXTEND",
+                    _ => "LOCK.INFO",
+                };
+                let mut cmd = redis::cmd(name);
+                cmd.arg(key);
+                cmd
+            }
+            Backend::Functions => {
+                let read_only = matches!(function, "lock_info" | "lock_version");
+                let mut cmd = redis::cmd(if read_only { "FCALL_RO" } else { "FCALL" });
+                cmd.arg(function).arg(usize::from(key.is_some())).arg(key);
+                cmd
+            }
+            Backend::Scripts => {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(script_sha())
+                    .arg(usize::from(key.is_some()))
+                    .arg(key)
+                    .arg(function);
+                cmd
+            }
+        };
+        for arg in args {
+            cmd.arg(arg.as_slice());
+        }
+        cmd
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = Error;
+
+    fn from_str(name: &str) -> Result<Backend> {
+        Backend::ALL
+            .into_iter()
+            .find(|backend| backend.name() == name)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "backend {name:?}: expected module, functions or scripts"
+                ))
+            })
+    }
+}
+
+/// The library as `SCRIPT LOAD` takes it: without its `#!lua` line, which Lua 5.1
+/// cannot parse (docs/PROTOCOL.md, "Loading").
+pub fn library_script() -> &'static str {
+    match LIBRARY_SOURCE.split_once('\n') {
+        Some((first, rest)) if first.starts_with("#!") => rest,
+        _ => LIBRARY_SOURCE,
+    }
+}
+
+/// The SHA1 of [`library_script`], which `EVALSHA` calls it by.
+pub(crate) fn script_sha() -> &'static str {
+    static SHA: OnceLock<String> = OnceLock::new();
+    SHA.get_or_init(|| redis::Script::new(library_script()).get_hash().to_string())
+}
+
+/// `SCRIPT LOAD` of the library.
+pub(crate) fn script_load() -> Cmd {
+    let mut cmd = redis::cmd("SCRIPT");
+    cmd.arg("LOAD").arg(library_script());
+    cmd
+}
+
+/// `FUNCTION LOAD REPLACE` of the library: installs or upgrades it.
+pub fn function_load() -> Cmd {
+    let mut cmd = redis::cmd("FUNCTION");
+    cmd.arg("LOAD").arg("REPLACE").arg(LIBRARY_SOURCE);
+    cmd
+}
+
+/// The version a library answered `lock_version` with, checked against this
+/// client's.
+pub(crate) fn check_version(found: i64) -> Result<()> {
+    if found < LIBRARY_VERSION {
+        return Err(Error::LibraryTooOld {
+            found,
+            wanted: LIBRARY_VERSION,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(cmd: &Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => "<cursor>".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_backend_carries_the_same_arguments() {
+        let args = vec![b"me".to_vec(), b"500".to_vec()];
+        assert_eq!(
+            words(&Backend::Module.call("lock_extend", Some("job"), &args)),
+            ["LOCK.EXTEND", "job", "me", "500"]
+        );
+        assert_eq!(
+            words(&Backend::Functions.call("lock_extend", Some("job"), &args)),
+            ["FCALL", "lock_extend", "1", "job", "me", "500"]
+        );
+        assert_eq!(
+            words(&Backend::Functions.call("lock_version", None, &[])),
+            ["FCALL_RO", "lock_version", "0"]
+        );
+        let sha = script_sha().to_string();
+        assert_eq!(
+            words(&Backend::Scripts.call("lock_info", Some("job"), &[])),
+            ["EVALSHA", sha.as_str(), "1", "job", "lock_info"]
+        );
+        assert_eq!(sha.len(), 40);
+    }
+
+    #[test]
+    fn the_script_is_the_library_without_its_first_line() {
+        assert!(LIBRARY_SOURCE.starts_with("#!lua name=redislock"));
+        assert!(!library_script().starts_with("#!"));
+        assert!(LIBRARY_SOURCE.ends_with(library_script()));
+    }
+
+    #[test]
+    fn an_older_library_is_refused_naming_both_versions() {
+        let error = check_version(LIBRARY_VERSION - 1).unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.contains(&format!("version {}", LIBRARY_VERSION - 1)),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("version {LIBRARY_VERSION}")),
+            "{text}"
+        );
+        assert!(check_version(LIBRARY_VERSION).is_ok());
+        assert!(check_version(LIBRARY_VERSION + 1).is_ok());
+    }
+}

@@ -1,0 +1,199 @@
+//! [`BlockingLockClient`]: the blocking API on connections of its own, so that every
+//! wait is bounded (the trait on the caller's connection cannot set its timeouts).
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use redis::{RedisResult, Value};
+
+use crate::backend::Backend;
+use crate::connector::{CONNECT_LIMIT, WAIT_MARGIN};
+use crate::error::{Error, Result};
+use crate::lock::{parse_info, Lock, LockInfo};
+use crate::machine::{read_flag, Acquire, Call, Detect, RELEASE_LIMIT};
+use crate::renew::Renewer;
+use crate::request::{info_command, release_of, Request, Wait};
+use crate::sync::{call, drive, extend_on, release_on, Locked, Transport};
+
+/// The blocking lock API on connections of its own, opened from a
+/// [`redis::Client`]: every command has a read timeout, so a wait of
+/// `Wait::For(d)` gets no answer for at most `d` plus [`WAIT_MARGIN`], whatever the
+/// server or the network does (then [`Error::WaitUnanswered`]), and a release,
+/// extend or info at most a second. It finds out the server's [`Backend`] as
+/// [`LockClient`](crate::LockClient) does.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redis_lock_client::{BlockingLockClient, Wait};
+///
+/// # fn main() -> redis_lock_client::Result<()> {
+/// let locks = BlockingLockClient::new(redis::Client::open("redis://127.0.0.1:6390/").unwrap());
+/// let done = locks.run_locked("report:daily", Duration::from_secs(30), Wait::For(Duration::from_secs(60)), |lock| {
+///     // build the report, fenced with lock.token(), stopping once lock.is_lost()
+///     lock.token()
+/// })?;
+/// if let Some(done) = done {
+///     println!("ran with token {}, held to the end: {}", done.value, done.held_to_end);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct BlockingLockClient {
+    client: redis::Client,
+    forced: Option<Backend>,
+    detected: Arc<OnceLock<Backend>>,
+}
+
+/// A connection of the client's own, its read timeout set per command.
+struct Owned {
+    con: redis::Connection,
+    /// The read timeout of a command whose step names none.
+    base: Option<Duration>,
+}
+
+impl Transport for Owned {
+    fn send(&mut self, call: &Call, bound: Option<Duration>) -> RedisResult<Value> {
+        let timeout = bound.or(self.base).map(|t| t.max(Duration::from_millis(1)));
+        self.con.set_read_timeout(timeout)?;
+        match call {
+            Call::One(cmd) => cmd.query(&mut self.con),
+            Call::Pipe(pipe) => pipe.query(&mut self.con),
+        }
+    }
+}
+
+impl BlockingLockClient {
+    /// Locks through `client`, on the backend the server offers.
+    pub fn new(client: redis::Client) -> Self {
+        BlockingLockClient {
+            client,
+            forced: None,
+            detected: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Uses `backend` only (`None`: the one the server offers), as
+    /// [`LockClient::backend`](crate::LockClient::backend).
+    pub fn backend(mut self, backend: Option<Backend>) -> Self {
+        self.forced = backend;
+        self.detected = Arc::new(OnceLock::new());
+        self
+    }
+
+    /// A connection whose reads time out after `base` unless a step says otherwise.
+    fn connect(&self, base: Option<Duration>) -> Result<Owned> {
+        let con = self.client.get_connection_with_timeout(CONNECT_LIMIT)?;
+        con.set_write_timeout(Some(CONNECT_LIMIT))?;
+        Ok(Owned { con, base })
+    }
+
+    /// The backend this client uses, found out on first use.
+    pub fn detect_backend(&self) -> Result<Backend> {
+        if let Some(backend) = self.detected.get() {
+            return Ok(*backend);
+        }
+        let mut con = self.connect(Some(CONNECT_LIMIT))?;
+        let backend = drive(&mut con, Detect::new(self.forced))?;
+        Ok(*self.detected.get_or_init(|| backend))
+    }
+
+    /// Takes the lock at `key` for `ttl`, waiting in the server's FIFO queue as `wait`
+    /// says; `None` if it is still busy when the wait ends.
+    pub fn acquire(&self, key: &str, ttl: Duration, wait: Wait) -> Result<Option<Lock>> {
+        self.acquire_with(Request::new(key, ttl).wait(wait))
+    }
+
+    /// Acquires as `request` says, on a connection of its own, closed when this
+    /// returns (which takes a module wait out of the server's queue).
+    pub fn acquire_with(&self, request: Request) -> Result<Option<Lock>> {
+        request.check()?;
+        let request = request.backend(self.detect_backend()?);
+        let base = match request.wait {
+            Wait::For(wait) if request.wait.waits() => Some(wait.saturating_add(WAIT_MARGIN)),
+            Wait::Forever => None,
+            _ => Some(CONNECT_LIMIT),
+        };
+        let wait = request.wait;
+        let mut con = self.connect(base)?;
+        match (drive(&mut con, Acquire::new(request)?), wait) {
+            (Err(Error::ResponseTimeout(_)), Wait::For(wait)) => Err(Error::WaitUnanswered {
+                wait,
+                margin: WAIT_MARGIN,
+            }),
+            (acquired, _) => acquired,
+        }
+    }
+
+    /// Extends `lock` to `ttl` on a fresh connection; `false` if it is no longer held.
+    pub fn extend(&self, lock: &Lock, ttl: Duration) -> Result<bool> {
+        extend_on(&mut self.connect(Some(RELEASE_LIMIT))?, lock, ttl)
+    }
+
+    /// Releases `lock` on a fresh connection; `false` if it was no longer held.
+    pub fn release(&self, lock: &Lock) -> Result<bool> {
+        release_on(&mut self.connect(Some(RELEASE_LIMIT))?, lock)
+    }
+
+    /// Ends `owner`'s holding of the lock at `key`; `false` if it held none.
+    pub fn release_owner(&self, key: &str, owner: &str) -> Result<bool> {
+        let command = release_of(self.detect_backend()?, key, owner)?;
+        call(&mut self.connect(Some(RELEASE_LIMIT))?, command, read_flag)
+    }
+
+    /// Who holds the lock at `key`; `None` if it is free.
+    pub fn lock_info(&self, key: &str) -> Result<Option<LockInfo>> {
+        let command = info_command(self.detect_backend()?, key);
+        call(&mut self.connect(Some(CONNECT_LIMIT))?, command, parse_info)
+    }
+
+    /// Starts renewing `lock` from a thread with a connection of its own.
+    pub fn renewer(&self, lock: &Lock) -> Renewer {
+        Renewer::start(self.client.clone(), lock)
+    }
+
+    /// Runs `work` only if the lock at `key` is won within `wait`, renewing it
+    /// from a thread while it runs, and releases it afterwards (also if `work`
+    /// panics). `None` when it was still busy. `work` gets the lock: stamp writes
+    /// with [`Lock::token`] and stop once [`Lock::is_lost`].
+    pub fn run_locked<T>(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Wait,
+        work: impl FnOnce(&Lock) -> T,
+    ) -> Result<Option<Locked<T>>> {
+        let Some(lock) = self.acquire(key, ttl, wait)? else {
+            return Ok(None);
+        };
+        let renewer = self.renewer(&lock);
+        let release = ReleaseOnUnwind {
+            locks: self,
+            lock: Some(lock.clone()),
+        };
+        let value = work(&lock);
+        let held = !renewer.stop();
+        release.disarm();
+        let released = self.release(&lock);
+        Ok(Some(Locked::new(value, held, released)))
+    }
+}
+
+/// Releases a lock when the work panics.
+struct ReleaseOnUnwind<'a> {
+    locks: &'a BlockingLockClient,
+    lock: Option<Lock>,
+}
+
+impl ReleaseOnUnwind<'_> {
+    fn disarm(mut self) {
+        self.lock = None;
+    }
+}
+
+impl Drop for ReleaseOnUnwind<'_> {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            let _ = self.locks.release(&lock);
+        }
+    }
+}

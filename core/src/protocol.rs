@@ -1,0 +1,235 @@
+//! The wire protocol as a client speaks it: the limits the server enforces and the
+//! argument vectors of each call, for the module's `LOCK.*` commands and the
+//! `redislock` function library alike (their arguments after the key are the same).
+//!
+//! The module parses with [`crate::args`]; a client builds its calls here, from the
+//! same constants, so it never sends what the server refuses nor refuses what the
+//! server takes. `tests` below parse every vector built here with the module's own
+//! parser.
+
+use crate::args::{MAX_DURATION_MS, MAX_LIMIT};
+use crate::holdings::Kind;
+
+/// The largest TTL or wait the server accepts, in ms: [`MAX_DURATION_MS`], 2^62 - 1.
+pub const MAX_MILLIS: u64 = MAX_DURATION_MS.unsigned_abs();
+
+/// The most permits a semaphore (`LIMIT n`) may have: 2^31.
+pub const MAX_PERMITS: u32 = MAX_LIMIT;
+
+/// The longest owner id a new holding may have by default (`lock.max-owner-len`;
+/// the library's fixed limit).
+pub const DEFAULT_MAX_OWNER_LEN: usize = 256;
+
+/// The name `FUNCTION LOAD` registers the library under.
+pub const LIBRARY_NAME: &str = "redislock";
+
+/// The library version (`lock_version`) this protocol was written for: a client
+/// refuses an older library.
+pub const LIBRARY_VERSION: i64 = 1;
+
+/// The longest lease of a queue place (`lock_wait … LEASE ms`).
+pub const MAX_PLACE_LEASE_MS: u64 = 60_000;
+
+/// An argument the server would refuse, found before anything is sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProtocolError {
+    /// A TTL of 0 ms.
+    ZeroTtl,
+    /// A TTL or wait over [`MAX_MILLIS`]; names which.
+    OutOfRange(&'static str),
+    /// A `LIMIT` outside 1 to [`MAX_PERMITS`].
+    BadLimit(u32),
+    /// An empty owner id.
+    EmptyOwner,
+}
+
+impl std::fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProtocolError::ZeroTtl => f.write_str(
+                "ttl must be positive: a lock of 0 ms would be gone before it is granted",
+            ),
+            ProtocolError::OutOfRange(what) => {
+                write!(f, "{what} is out of range: at most {MAX_MILLIS} ms")
+            }
+            ProtocolError::BadLimit(n) => write!(
+                f,
+                "limit {n}: a semaphore has from 1 to {MAX_PERMITS} permits"
+            ),
+            ProtocolError::EmptyOwner => f.write_str("an owner id must not be empty"),
+        }
+    }
+}
+
+impl std::error::Error for ProtocolError {}
+
+/// A TTL in ms as the server takes it: 1 to [`MAX_MILLIS`].
+pub fn ttl_ms(ms: u64) -> Result<u64, ProtocolError> {
+    match ms {
+        0 => Err(ProtocolError::ZeroTtl),
+        ms if ms > MAX_MILLIS => Err(ProtocolError::OutOfRange("ttl")),
+        ms => Ok(ms),
+    }
+}
+
+/// A wait's timeout in ms as `WAIT` takes it: 0 (no limit) to [`MAX_MILLIS`].
+pub fn wait_ms(ms: u64) -> Result<u64, ProtocolError> {
+    if ms > MAX_MILLIS {
+        return Err(ProtocolError::OutOfRange("wait"));
+    }
+    Ok(ms)
+}
+
+fn owner_arg(owner: &[u8]) -> Result<Vec<u8>, ProtocolError> {
+    if owner.is_empty() {
+        return Err(ProtocolError::EmptyOwner);
+    }
+    Ok(owner.to_vec())
+}
+
+fn number(n: u64) -> Vec<u8> {
+    n.to_string().into_bytes()
+}
+
+fn kind_args(kind: Kind, args: &mut Vec<Vec<u8>>) -> Result<(), ProtocolError> {
+    match kind {
+        Kind::Exclusive => {}
+        Kind::Shared { limit: None } => args.push(b"SHARED".to_vec()),
+        Kind::Shared { limit: Some(n) } if (1..=MAX_PERMITS).contains(&n) => {
+            args.push(b"LIMIT".to_vec());
+            args.push(number(u64::from(n)));
+        }
+        Kind::Shared { limit: Some(n) } => return Err(ProtocolError::BadLimit(n)),
+    }
+    Ok(())
+}
+
+/// `owner ttl [SHARED | LIMIT n] [WAIT timeout]`: the arguments after the key of
+/// `LOCK.ACQUIRE` and of the library's `lock_acquire`.
+pub fn acquire_args(
+    owner: &[u8],
+    ttl: u64,
+    kind: Kind,
+    wait: Option<u64>,
+) -> Result<Vec<Vec<u8>>, ProtocolError> {
+    let mut args = vec![owner_arg(owner)?, number(ttl_ms(ttl)?)];
+    kind_args(kind, &mut args)?;
+    if let Some(wait) = wait {
+        args.push(b"WAIT".to_vec());
+        args.push(number(wait_ms(wait)?));
+    }
+    Ok(args)
+}
+
+/// `owner ttl [SHARED | LIMIT n] [LEASE ms]`: the arguments after the key of the
+/// library's `lock_wait` (docs/PROTOCOL.md). No lease: the library's default.
+pub fn wait_args(
+    owner: &[u8],
+    ttl: u64,
+    kind: Kind,
+    lease: Option<u64>,
+) -> Result<Vec<Vec<u8>>, ProtocolError> {
+    let mut args = vec![owner_arg(owner)?, number(ttl_ms(ttl)?)];
+    kind_args(kind, &mut args)?;
+    if let Some(lease) = lease {
+        args.push(b"LEASE".to_vec());
+        args.push(number(lease.clamp(1, MAX_PLACE_LEASE_MS)));
+    }
+    Ok(args)
+}
+
+/// `owner ttl`: the arguments after the key of `LOCK.EXTEND` and `lock_extend`.
+pub fn extend_args(owner: &[u8], ttl: u64) -> Result<Vec<Vec<u8>>, ProtocolError> {
+    Ok(vec![owner_arg(owner)?, number(ttl_ms(ttl)?)])
+}
+
+/// `owner`: the arguments after the key of `LOCK.RELEASE`, `lock_release` and
+/// `lock_cancel`.
+pub fn owner_args(owner: &[u8]) -> Result<Vec<Vec<u8>>, ProtocolError> {
+    Ok(vec![owner_arg(owner)?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::{parse_acquire, parse_extend, Limits, Wait};
+
+    const LIMITS: Limits = Limits {
+        max_ttl: 0,
+        max_owner_len: DEFAULT_MAX_OWNER_LEN,
+    };
+
+    fn slices(args: &[Vec<u8>]) -> Vec<&[u8]> {
+        args.iter().map(Vec::as_slice).collect()
+    }
+
+    #[test]
+    fn every_acquire_built_here_is_parsed_back_by_the_module() {
+        let kinds = [
+            Kind::Exclusive,
+            Kind::Shared { limit: None },
+            Kind::Shared { limit: Some(1) },
+            Kind::Shared {
+                limit: Some(MAX_PERMITS),
+            },
+        ];
+        for kind in kinds {
+            for (ttl, wait) in [(1, None), (MAX_MILLIS, Some(0)), (30_000, Some(MAX_MILLIS))] {
+                let args = acquire_args(b"me", ttl, kind, wait).unwrap();
+                let parsed = parse_acquire(&slices(&args), &LIMITS).unwrap();
+                assert_eq!(parsed.owner, b"me");
+                assert_eq!(parsed.ttl.unsigned_abs(), ttl);
+                assert_eq!(parsed.kind, kind);
+                let wait_back = parsed.wait.map(|w| match w {
+                    Wait::Forever => 0,
+                    Wait::Millis(ms) => ms.unsigned_abs(),
+                });
+                assert_eq!(wait_back, wait);
+            }
+        }
+        let args = extend_args(b"me", MAX_MILLIS).unwrap();
+        assert_eq!(
+            parse_extend(&slices(&args), &LIMITS).unwrap().ttl,
+            MAX_DURATION_MS
+        );
+    }
+
+    #[test]
+    fn what_the_module_refuses_is_refused_before_sending() {
+        // 2^62 itself is one over the server's bound.
+        for ttl in [0, MAX_MILLIS + 1, 1 << 62, u64::MAX] {
+            assert!(
+                acquire_args(b"me", ttl, Kind::Exclusive, None).is_err(),
+                "{ttl}"
+            );
+            let text = ttl.to_string();
+            assert!(
+                parse_acquire(&[b"me".as_slice(), text.as_bytes()], &LIMITS).is_err(),
+                "{ttl}"
+            );
+        }
+        assert!(acquire_args(b"me", 1, Kind::Exclusive, Some(MAX_MILLIS + 1)).is_err());
+        for limit in [0, MAX_PERMITS + 1] {
+            let kind = Kind::Shared { limit: Some(limit) };
+            assert_eq!(
+                acquire_args(b"me", 1, kind, None),
+                Err(ProtocolError::BadLimit(limit))
+            );
+        }
+        assert_eq!(extend_args(b"", 1), Err(ProtocolError::EmptyOwner));
+        assert_eq!(owner_args(b""), Err(ProtocolError::EmptyOwner));
+    }
+
+    #[test]
+    fn a_wait_call_names_its_mode_and_lease() {
+        let args = wait_args(b"me", 500, Kind::Shared { limit: Some(3) }, Some(0)).unwrap();
+        assert_eq!(
+            args,
+            [&b"me"[..], b"500", b"LIMIT", b"3", b"LEASE", b"1"].map(<[u8]>::to_vec)
+        );
+        assert_eq!(
+            wait_args(b"me", 500, Kind::Exclusive, None).unwrap().len(),
+            2
+        );
+    }
+}
