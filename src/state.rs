@@ -205,7 +205,7 @@ fn entered_twice() {
     log_warning("lock module: internal error: the module state was entered twice");
 }
 
-pub const DEFAULT_MAX_OWNER_LEN: i64 = 256;
+pub const DEFAULT_MAX_OWNER_LEN: i64 = redis_lock_core::protocol::DEFAULT_MAX_OWNER_LEN as i64;
 /// Largest `lock.max-owner-len` accepted: owners are ids, not payloads.
 pub const OWNER_LEN_CEILING: i64 = 1 << 20;
 

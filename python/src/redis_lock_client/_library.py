@@ -90,7 +90,9 @@ class _Library:
                 block = min(block, math.ceil(left * 1000))
             # Whatever BLPOP returns (a token, a wake-up, nothing), lock_wait says
             # whether the owner holds: the popped value is not trusted alone.
-            seconds = f"{max(block, 1) / 1000:.3f}"
+            # At least 2 ms: Redis 6.2 turns `BLPOP list 0.001` into 0, which blocks
+            # without limit (it multiplies the seconds by 1000 in floating point).
+            seconds = f"{max(block, 2) / 1000:.3f}"
             yield Step(("BLPOP", grants, seconds), _bound(deadline))
 
     def release(self, key: str, owner: str) -> Generator[Step, Any, bool]:
