@@ -38,7 +38,10 @@ fn scrape(port: u16) -> String {
                 return response;
             }
         }
-        assert!(started.elapsed() < Duration::from_secs(15), "the exporter never answered");
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the exporter never answered"
+        );
         thread::sleep(Duration::from_millis(100));
     }
 }
