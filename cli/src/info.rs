@@ -1,11 +1,11 @@
-//! `redis-lock info` and `redis-lock release`.
+//! `redis-lock info`.
 
 use std::time::Duration;
 
 use redis_lock_client::{Connector, Holder, LockClient, LockInfo, Mode};
 use serde::Serialize;
 
-use crate::events::{self, Events};
+use crate::events;
 use crate::exit;
 
 pub async fn info<K: Connector>(locks: LockClient<K>, key: &str, json: bool) -> i32 {
@@ -22,48 +22,6 @@ pub async fn info<K: Connector>(locks: LockClient<K>, key: &str, json: bool) -> 
         0
     } else {
         exit::OUTPUT
-    }
-}
-
-/// `functions load`: installs or upgrades the library, and prints its version.
-pub async fn load_library<K: Connector>(locks: LockClient<K>, events: &Events) -> i32 {
-    match locks.load_library().await {
-        Ok(version) => {
-            if events::out(&format!("loaded the redislock library, version {version}")) {
-                0
-            } else {
-                exit::OUTPUT
-            }
-        }
-        Err(error) => {
-            events.say(format_args!("FUNCTION LOAD failed (Redis 7.0 or newer needed; on 6.2 the client sends the library itself: --backend scripts)"));
-            exit::failure(&error, "")
-        }
-    }
-}
-
-pub async fn release<K: Connector>(
-    locks: LockClient<K>,
-    key: &str,
-    owner: &str,
-    events: &Events,
-) -> i32 {
-    match locks.release_owner(key, owner).await {
-        Ok(true) => {
-            events.say(format_args!(
-                "released {key} (owner {})",
-                events::escaped(owner.as_bytes())
-            ));
-            0
-        }
-        Ok(false) => {
-            events::line(format_args!(
-                "{key} is not held by {}",
-                events::escaped(owner.as_bytes())
-            ));
-            exit::NOT_HELD
-        }
-        Err(error) => exit::failure(&error, key),
     }
 }
 

@@ -12,8 +12,10 @@ mod args;
 mod events;
 mod exit;
 mod fault;
+mod functions;
 mod group;
 mod info;
+mod release;
 mod run;
 
 use clap::Parser;
@@ -107,7 +109,7 @@ async fn on<K: Connector>(locks: LockClient<K>, command: Command, events: Events
     match command {
         Command::Run(args) => run::run(locks, args, events).await,
         Command::Info { key, json } => info::info(locks, &key, json).await,
-        Command::Release { key, owner } => info::release(locks, &key, &owner, &events).await,
-        Command::Functions { .. } => info::load_library(locks, &events).await,
+        Command::Release { key, owner } => release::release(locks, &key, &owner, &events).await,
+        Command::Functions { .. } => functions::load_library(locks, &events).await,
     }
 }
