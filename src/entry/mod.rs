@@ -1,7 +1,8 @@
 //! The top layer: the module's load, and what each kind of callback from Redis
-//! means to the module. `ffi` owns the C entry points; here are the traits they are
-//! monomorphised over ([`LockSettings`], [`LockValues`], [`ServerEvents`], and
-//! `commands::Table`), and the order in which everything is registered.
+//! means to the module. `ffi` owns the C entry points, monomorphised over traits;
+//! here are the types that implement them (`LockSettings`, `LockValues`,
+//! `ServerEvents`; `commands::Table` is the commands'), and the order in which
+//! everything is registered.
 
 use std::ffi::CStr;
 

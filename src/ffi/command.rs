@@ -25,7 +25,7 @@ pub enum KeyAccess {
     Overwrite,
 }
 
-/// A command as Redis sees it; its one key is at argv[1].
+/// A command as Redis sees it; its one key is at `argv[1]`.
 pub struct Spec {
     pub name: &'static CStr,
     pub flags: &'static CStr,
