@@ -55,6 +55,19 @@ def ours_python(host, port, key):
     return lock.acquire, lock.release
 
 
+def ours_python_functions(host, port, key):
+    """The same Python client on the function library (its waiting protocol: a place
+    in the server's queue, BLPOP on a grant list of its own), as on a server where
+    no module can be loaded."""
+    import redis
+    from redis_lock_client import Lock
+
+    r = redis.Redis(host=host, port=port)
+    r.ping()
+    lock = Lock(r, key, ttl=TTL_MS / 1000, backend="functions")
+    return lock.acquire, lock.release
+
+
 def redis_py_lock(sleep):
     """redis-py's Lock: SET NX, and while the lock is busy, sleep and try again."""
 
@@ -107,6 +120,7 @@ def etcd3_lock(host, port, key):
 SIDES = {
     "ours-redis-py": ours_redis_py,
     "ours-python": ours_python,
+    "ours-python-functions": ours_python_functions,
     "redis-py-lock": redis_py_lock(None),
     "redis-py-lock-1ms": redis_py_lock(0.001),
     "python-redis-lock": python_redis_lock,

@@ -59,7 +59,10 @@ REDISSON = os.path.join(ROOT, "target/peers-java/redisson-peer.jar")
 REDSYNC = os.path.join(ROOT, "target/peers-go/redsync-peer")
 KEY = "bench:peers"
 OURS = ["ours-rust", "ours-redis-py", "ours-python"]
-ALL_SIDES = OURS + ["redis-py-lock", "redis-py-lock-1ms", "python-redis-lock", "pottery-redlock", "etcd3-lock",
+# The function library, for servers that cannot load the module: the same clients.
+FUNCTIONS = ["ours-rust-functions", "ours-python-functions"]
+LIBRARY = os.path.join(ROOT, "lua/redislock.lua")
+ALL_SIDES = OURS + FUNCTIONS + ["redis-py-lock", "redis-py-lock-1ms", "python-redis-lock", "pottery-redlock", "etcd3-lock",
                     "redisson-rlock", "redisson-fairlock", "redsync", "redsync-tuned",
                     "ours-rust-limit3", "redisson-semaphore", "ours-rust-rw", "redisson-rwlock"]
 # The read-write rows: this many readers, and RW_WRITERS writers beside them.
@@ -284,8 +287,12 @@ def spawners(side, n, hold_ms, redis_server, etcd_server):
     """The processes of one run of `side` with N clients: a list of functions that
     each start one (a Client)."""
     port = redis_server.port
+    if side in FUNCTIONS:
+        load_library(port)
     if side == "ours-rust":
         return [lambda: Client.rust(port, hold_ms)] * n
+    if side == "ours-rust-functions":
+        return [lambda: Client.rust(port, hold_ms, "--backend", "functions")] * n
     if side == "ours-rust-limit3":
         return [lambda: Client.rust(port, hold_ms, "--limit", "3")] * n
     if side == "ours-rust-rw":
@@ -305,6 +312,15 @@ def spawners(side, n, hold_ms, redis_server, etcd_server):
     if side == "etcd3-lock":
         port = etcd_server.port
     return [lambda: Client.python(side, port, KEY, hold_ms)] * n
+
+
+def load_library(port):
+    """FUNCTION LOAD REPLACE of lua/redislock.lua: the functions sides use the library
+    on the same server (the module being there changes nothing for them)."""
+    import redis
+
+    with open(LIBRARY, encoding="utf-8") as source:
+        redis.Redis(port=port).function_load(source.read(), replace=True)
 
 
 def start(spawn_all, side):

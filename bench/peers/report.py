@@ -7,6 +7,8 @@ LABELS = {
     "ours-rust": "ours: LOCK.ACQUIRE WAIT, Rust client",
     "ours-redis-py": "ours: LOCK.ACQUIRE WAIT, redis-py",
     "ours-python": "ours: the Python client (redis_lock_client)",
+    "ours-rust-functions": "ours: the function library, Rust client",
+    "ours-python-functions": "ours: the function library, Python client",
     "redis-py-lock": "redis-py Lock (sleep 0.1 s)",
     "redis-py-lock-1ms": "redis-py Lock, sleep 1 ms",
     "python-redis-lock": "python-redis-lock",
@@ -22,6 +24,8 @@ LABELS = {
     "redisson-rwlock": "Redisson RReadWriteLock",
 }
 OURS = ["ours-rust", "ours-redis-py", "ours-python"]
+# The function library's sides (no module), with targets of their own.
+FUNCTIONS = ["ours-rust-functions", "ours-python-functions"]
 # Sides that are not exclusive locks, by kind: each is compared with its own kind only.
 KIND = {
     "ours-rust-limit3": "semaphore",
@@ -164,7 +168,8 @@ def targets(runs):
         lines.append(f"\n**{LABELS[ours]}**\n")
 
         def peers(sides):
-            return [s for name, s in sides.items() if name not in OURS and name not in KIND]
+            return [s for name, s in sides.items()
+                    if name not in OURS and name not in FUNCTIONS and name not in KIND]
 
         ratios = []
         for cell, sides in got.items():
@@ -233,6 +238,48 @@ def targets(runs):
                 "- Against etcd, p99 wait ≤ 0.2x at fairness at least as good, in every cell: "
                 + verdict(all(r <= 0.2 and f for _, r, f in ratio),
                           fmt_cells((c, f"{r:.2f}x{'' if f else ' (less fair)'}") for c, r, f in ratio))
+            )
+    return "\n".join(lines)
+
+
+def functions_targets(runs):
+    """The function library's targets (its issue): fairness ≥ 0.9 in every cell,
+    acquisitions/s at H=0 at least python-redis-lock's, p99 wait at H=10 ms, N ≥ 16
+    at most half the best peer's."""
+    by_cell = {}
+    for run in runs:
+        by_cell.setdefault((run["hold_ms"], run["n"]), {})[run["side"]] = run
+    lines = []
+    for side in FUNCTIONS:
+        got = {cell: sides for cell, sides in by_cell.items() if side in sides}
+        if not got:
+            continue
+        lines.append(f"\n**{LABELS[side]}**\n")
+        fair = [(cell, sides[side]["fairness"]) for cell, sides in got.items()]
+        lines.append(
+            "- Fairness (min/max per client) ≥ 0.9 in every cell: "
+            + verdict(all(f >= 0.9 for _, f in fair), fmt_cells((c, f"{f:.2f}") for c, f in fair))
+        )
+        rate = [(cell, sides[side]["rate"] / max(sides["python-redis-lock"]["rate"], 1e-9))
+                for cell, sides in got.items() if cell[0] == 0 and "python-redis-lock" in sides]
+        if rate:
+            lines.append(
+                "- Acquisitions/s at H=0 ≥ python-redis-lock's: "
+                + verdict(all(r >= 1 for _, r in rate), fmt_cells((c, f"{r:.2f}x") for c, r in rate))
+            )
+        p99 = []
+        for cell, sides in got.items():
+            others = [s for name, s in sides.items()
+                      if name not in OURS and name not in FUNCTIONS and name not in KIND]
+            if cell[0] == 10 and cell[1] >= 16 and others:
+                best = min(others, key=lambda r: r["p99_ms"])
+                p99.append((cell, sides[side]["p99_ms"], best["p99_ms"], best["side"]))
+        if p99:
+            lines.append(
+                "- p99 wait ≤ 0.5x the best peer's at H=10 ms, N ≥ 16: "
+                + verdict(all(o <= 0.5 * b for _, o, b, _ in p99),
+                          fmt_cells((c, f"{o:.1f} ms against {b:.1f} ms ({s}), {o / max(b, 1e-9):.2f}x")
+                                    for c, o, b, s in p99))
             )
     return "\n".join(lines)
 
@@ -356,6 +403,9 @@ def write(results, path):
         "",
         "## Targets (ratios within this run)",
         targets(runs),
+        "",
+        "## The function library (no module): its targets within this run",
+        functions_targets(runs),
         "",
         "## Issue 25: against Redisson and redsync (ratios within this run)",
         "",

@@ -119,6 +119,10 @@ enum Command {
         /// `reader` or `writer`, echoed in the report of the read-write rows.
         #[arg(long)]
         role: Option<String>,
+        /// The form of the lock to use: `module` (LOCK.ACQUIRE … WAIT), or the
+        /// function library (`functions`, its waiting protocol), loaded beforehand.
+        #[arg(long, default_value = "module")]
+        backend: redis_lock_client::Backend,
     },
 }
 
@@ -173,6 +177,7 @@ fn main() -> redis::RedisResult<()> {
             shared,
             limit,
             role,
+            backend,
         } => peer::run(
             cli.port,
             &key,
@@ -182,6 +187,7 @@ fn main() -> redis::RedisResult<()> {
                 shared,
                 limit,
                 role,
+                backend,
             },
         ),
     }

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis_lock_client::{LockCommands, Request, Wait};
+use redis_lock_client::{Backend, LockCommands, Request, Wait};
 
 /// What one client measured in the window [t0, t1].
 #[derive(Default)]
@@ -54,6 +54,8 @@ pub struct Kind {
     pub limit: Option<u32>,
     /// `reader` or `writer` in the read-write rows, echoed in the report.
     pub role: Option<String>,
+    /// The module, or the function library.
+    pub backend: Backend,
 }
 
 /// The JSON line of bench/peers/clients.py's `report`.
@@ -131,7 +133,9 @@ pub fn run(
         update(&mut |r| {
             r.waiting_since.get_or_insert(asked);
         });
-        let mut request = Request::new(key, ttl).wait(Wait::Forever);
+        let mut request = Request::new(key, ttl)
+            .wait(Wait::Forever)
+            .backend(kind.backend);
         if kind.shared {
             request = request.shared();
         }
