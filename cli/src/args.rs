@@ -149,7 +149,7 @@ pub struct RunArgs {
     /// group still run (by default the lock is held until the group is empty).
     #[arg(long)]
     pub no_wait_group: bool,
-    /// The owner id to hold the lock as (default: a fresh UUID).
+    /// The owner id to hold the lock as (default: a fresh `host:pid:random`).
     #[arg(long, value_parser = owner)]
     pub owner: Option<String>,
     /// Take a shared holding (a read lock): runs beside other shared holders, never

@@ -72,6 +72,6 @@ pub use lock::{Holder, Lock, LockInfo, Mode, Owner};
 pub use redis_lock_core::protocol::LIBRARY_VERSION;
 pub use redlock::{MultiLock, Redlock};
 pub use renew::{AsyncRenewer, Renewer, STOP_LIMIT};
-pub use request::{Durable, Request, Retry, Wait, MAX_MILLIS, MAX_PERMITS};
+pub use request::{fresh_owner, Durable, Request, Retry, Wait, MAX_MILLIS, MAX_PERMITS};
 pub use sentinel::Sentinel;
 pub use sync::{LockCommands, LockGuard, Locked};

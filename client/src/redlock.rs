@@ -207,7 +207,7 @@ impl Redlock {
     /// unless the lock is held.
     pub fn try_acquire(&mut self, key: &str, ttl: Duration) -> Result<Option<MultiLock>> {
         ttl_millis(ttl)?;
-        let owner = uuid::Uuid::new_v4().to_string();
+        let owner = crate::request::fresh_owner();
         let started = Instant::now();
         let answers = self.on_every_server(|_, con| {
             let request = Request::new(key, ttl)

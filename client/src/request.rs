@@ -135,12 +135,28 @@ pub struct Durable {
     pub timeout: Duration,
 }
 
+/// A fresh owner that says who holds: `host:pid:` and 16 random hex digits
+/// (`web-3:4121:9f0c2a…`), so `LOCK.INFO` and `redis-lock info` name the machine and
+/// the process. Still unique per request. The host name is cut at 64 characters.
+pub fn fresh_owner() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|name| name.trim().chars().take(64).collect::<String>())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "host".into());
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    let random = random.get(..16).unwrap_or(&random);
+    format!("{host}:{}:{random}", std::process::id())
+}
+
 impl Request {
-    /// A request for `key` with `ttl`, as a fresh owner (UUID v4), not waiting.
+    /// A request for `key` with `ttl`, as a fresh owner ([`fresh_owner`]), not
+    /// waiting.
     pub fn new(key: impl Into<String>, ttl: Duration) -> Self {
         Request {
             key: key.into(),
-            owner: uuid::Uuid::new_v4().to_string(),
+            owner: fresh_owner(),
             ttl,
             wait: Wait::No,
             retry: Retry::default(),
@@ -384,11 +400,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fresh_owners_are_distinct_uuids() {
+    fn fresh_owners_say_host_and_process_and_are_distinct() {
         let a = Request::new("k", Duration::from_secs(1));
         let b = Request::new("k", Duration::from_secs(1));
         assert_ne!(a.owner, b.owner);
-        assert!(uuid::Uuid::parse_str(&a.owner).is_ok());
+        let parts: Vec<&str> = a.owner.split(':').collect();
+        let [host, pid, random] = parts[..] else {
+            panic!("{} is not host:pid:random", a.owner);
+        };
+        assert!(!host.is_empty() && host.len() <= 64);
+        assert_eq!(pid, std::process::id().to_string());
+        assert!(random.len() == 16 && u64::from_str_radix(random, 16).is_ok());
     }
 
     #[test]

@@ -37,7 +37,7 @@ fn sync_acquire_extend_info_release() {
     let lock = con.try_acquire("job", TTL).unwrap().expect("free");
     assert!(lock.token() > 0);
     assert_eq!(lock.key(), "job");
-    assert!(uuid_like(lock.owner()));
+    assert!(host_pid_random(lock.owner()), "{}", lock.owner());
     assert_eq!(con.try_acquire("job", TTL).unwrap(), None, "a second owner");
 
     let info = con.lock_info("job").unwrap().unwrap();
@@ -57,8 +57,11 @@ fn sync_acquire_extend_info_release() {
     assert_eq!(con.lock_info("job").unwrap(), None);
 }
 
-fn uuid_like(owner: &str) -> bool {
-    owner.len() == 36 && owner.chars().filter(|c| *c == '-').count() == 4
+/// A default owner: `host:pid:` and 16 hex digits.
+fn host_pid_random(owner: &str) -> bool {
+    let parts: Vec<&str> = owner.split(':').collect();
+    matches!(parts[..], [host, pid, random]
+        if !host.is_empty() && pid == std::process::id().to_string() && random.len() == 16)
 }
 
 #[test]
