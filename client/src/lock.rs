@@ -30,13 +30,28 @@ use crate::lease::{Lease, LockLost};
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Lock {
     pub(crate) key: String,
     pub(crate) owner: String,
     pub(crate) token: i64,
     pub(crate) lease: Arc<Lease>,
     pub(crate) backend: Backend,
+}
+
+/// The holding as a user reads it: key, owner, token, backend, and the lease's state
+/// (not its internals).
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("key", &self.key)
+            .field("owner", &self.owner)
+            .field("token", &self.token)
+            .field("backend", &self.backend)
+            .field("remaining", &self.remaining())
+            .field("lost", &self.is_lost())
+            .finish()
+    }
 }
 
 impl PartialEq for Lock {
@@ -166,8 +181,18 @@ pub enum Mode {
 /// assert_eq!(owner.as_str(), Some("worker-7"));
 /// assert_eq!(owner.to_string(), "worker-7");
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
 pub struct Owner(Vec<u8>);
+
+/// Text where the id is UTF-8 (`Owner("worker-7")`), the bytes escaped otherwise.
+impl std::fmt::Debug for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match std::str::from_utf8(&self.0) {
+            Ok(text) => f.debug_tuple("Owner").field(&text).finish(),
+            Err(_) => write!(f, "Owner(b\"{}\")", self.0.escape_ascii()),
+        }
+    }
+}
 
 impl Owner {
     /// The id as text, if it is UTF-8.
@@ -381,6 +406,16 @@ mod tests {
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn an_owner_debugs_as_text_where_it_is_text() {
+        assert_eq!(
+            format!("{:?}", Owner::from("worker-7")),
+            r#"Owner("worker-7")"#
+        );
+        let raw = Owner(vec![0xff, b'a', b'\n']);
+        assert_eq!(format!("{raw:?}"), r#"Owner(b"\xffa\n")"#);
     }
 
     #[test]

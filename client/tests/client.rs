@@ -38,6 +38,11 @@ fn sync_acquire_extend_info_release() {
     assert!(lock.token() > 0);
     assert_eq!(lock.key(), "job");
     assert!(host_pid_random(lock.owner()), "{}", lock.owner());
+    let shown = format!("{lock:?}");
+    assert!(
+        shown.contains("token") && shown.contains("remaining") && !shown.contains("Mutex"),
+        "{shown}"
+    );
     assert_eq!(con.try_acquire("job", TTL).unwrap(), None, "a second owner");
 
     let info = con.lock_info("job").unwrap().unwrap();
