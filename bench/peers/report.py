@@ -157,6 +157,29 @@ def verdict(ok, figures):
     return f"**{'met' if ok else 'not met'}** ({figures})"
 
 
+def peer_runs(sides):
+    """The runs of a cell that are peers: not ours (module or library), not another kind."""
+    return [s for name, s in sides.items() if name not in OURS and name not in FUNCTIONS and name not in KIND]
+
+
+def p99_target(got, ours):
+    """The line of the p99 target (at H=10 ms, N ≥ 16, at most half the best peer's),
+    or none when no cell has peers."""
+    p99 = []
+    for cell, sides in got.items():
+        if cell[0] == 10 and cell[1] >= 16 and peer_runs(sides):
+            best = min(peer_runs(sides), key=lambda r: r["p99_ms"])
+            p99.append((cell, sides[ours]["p99_ms"], best["p99_ms"], best["side"]))
+    if not p99:
+        return []
+    return [
+        "- p99 wait ≤ 0.5x the best peer's at H=10 ms, N ≥ 16: "
+        + verdict(all(o <= 0.5 * b for _, o, b, _ in p99),
+                  fmt_cells((c, f"{o:.1f} ms against {b:.1f} ms ({s}), {o / max(b, 1e-9):.2f}x")
+                            for c, o, b, s in p99))
+    ]
+
+
 def targets(runs):
     """One line per target and side of ours, with the measured figures."""
     lines = []
@@ -167,9 +190,7 @@ def targets(runs):
             continue
         lines.append(f"\n**{LABELS[ours]}**\n")
 
-        def peers(sides):
-            return [s for name, s in sides.items()
-                    if name not in OURS and name not in FUNCTIONS and name not in KIND]
+        peers = peer_runs
 
         ratios = []
         for cell, sides in got.items():
@@ -213,18 +234,7 @@ def targets(runs):
                       f"lowest {min(f for _, f in fair):.2f}; " + fmt_cells((c, f"{f:.2f}") for c, f in fair))
         )
 
-        p99 = []
-        for cell, sides in got.items():
-            if cell[0] == 10 and cell[1] >= 16 and peers(sides):
-                best = min(peers(sides), key=lambda r: r["p99_ms"])
-                p99.append((cell, sides[ours]["p99_ms"], best["p99_ms"], best["side"]))
-        if p99:
-            lines.append(
-                "- p99 wait ≤ 0.5x the best peer's at H=10 ms, N ≥ 16: "
-                + verdict(all(o <= 0.5 * b for _, o, b, _ in p99),
-                          fmt_cells((c, f"{o:.1f} ms against {b:.1f} ms ({s}), {o / max(b, 1e-9):.2f}x")
-                                    for c, o, b, s in p99))
-            )
+        lines.extend(p99_target(got, ours))
 
         etcd = [(cell, sides[ours], sides["etcd3-lock"]) for cell, sides in got.items() if "etcd3-lock" in sides]
         if etcd:
@@ -267,20 +277,7 @@ def functions_targets(runs):
                 "- Acquisitions/s at H=0 ≥ python-redis-lock's: "
                 + verdict(all(r >= 1 for _, r in rate), fmt_cells((c, f"{r:.2f}x") for c, r in rate))
             )
-        p99 = []
-        for cell, sides in got.items():
-            others = [s for name, s in sides.items()
-                      if name not in OURS and name not in FUNCTIONS and name not in KIND]
-            if cell[0] == 10 and cell[1] >= 16 and others:
-                best = min(others, key=lambda r: r["p99_ms"])
-                p99.append((cell, sides[side]["p99_ms"], best["p99_ms"], best["side"]))
-        if p99:
-            lines.append(
-                "- p99 wait ≤ 0.5x the best peer's at H=10 ms, N ≥ 16: "
-                + verdict(all(o <= 0.5 * b for _, o, b, _ in p99),
-                          fmt_cells((c, f"{o:.1f} ms against {b:.1f} ms ({s}), {o / max(b, 1e-9):.2f}x")
-                                    for c, o, b, s in p99))
-            )
+        lines.extend(p99_target(got, side))
     return "\n".join(lines)
 
 
