@@ -70,7 +70,45 @@ pub enum Target {
     Cluster(Box<redis::cluster::ClusterClient>),
 }
 
+/// A clap error in one line: its cause with what it names (the missing arguments
+/// clap lists on the lines below it), without clap's usage block.
+pub fn one_line(text: &str) -> String {
+    let cause: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|line| !line.starts_with("Usage:") && !line.starts_with("For more information"))
+        .filter(|line| !line.is_empty())
+        .collect();
+    let line = cause.join(" ");
+    let line = line.trim_start_matches("error: ");
+    if line.is_empty() {
+        "bad arguments".into()
+    } else {
+        line.into()
+    }
+}
+
+/// A URL as error lines show it: without its user and password.
+fn shown_url(url: &str) -> String {
+    match (url.split_once("://"), url.rfind('@')) {
+        (Some((scheme, _)), Some(at)) => format!("{scheme}://{}", url.get(at + 1..).unwrap_or("")),
+        _ => url.to_string(),
+    }
+}
+
 impl Connection {
+    /// Where the locks are looked for, for error lines: the URL (without its
+    /// credentials) or the sentinels and master, and how to choose another.
+    pub fn describe(&self) -> String {
+        match &self.master {
+            Some(master) => format!(
+                "master {master:?} through --sentinel {} (set --sentinel and --master)",
+                self.sentinel.join(",")
+            ),
+            None => format!("{} (set --url or REDIS_URL)", shown_url(&self.url)),
+        }
+    }
+
     pub fn target(&self) -> Result<Target, String> {
         if let Some(master) = &self.master {
             let sentinels = self.sentinel.iter().map(|addr| format!("redis://{addr}/"));
@@ -86,6 +124,33 @@ impl Connection {
         redis::Client::open(self.url.as_str())
             .map(Target::Url)
             .map_err(|e| format!("bad --url {:?}: {e}", self.url))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clap_error_keeps_what_it_names_in_one_line() {
+        let text = "error: the following required arguments were not provided:\n  --owner <OWNER>\n\nUsage: redis-lock release --owner <OWNER> <KEY>\n\nFor more information, try '--help'.\n";
+        assert_eq!(
+            one_line(text),
+            "the following required arguments were not provided: --owner <OWNER>"
+        );
+        assert_eq!(one_line(""), "bad arguments");
+    }
+
+    #[test]
+    fn urls_are_shown_without_credentials() {
+        assert_eq!(
+            shown_url("redis://user:secret@db:6380/0"),
+            "redis://db:6380/0"
+        );
+        assert_eq!(
+            shown_url("redis://127.0.0.1:6379/"),
+            "redis://127.0.0.1:6379/"
+        );
     }
 }
 

@@ -25,10 +25,25 @@ pub const NOT_FOUND: i32 = 127;
 /// `release` found no holding of that owner.
 pub const NOT_HELD: i32 = 1;
 
+/// Where the locks are looked for, as error lines name it (`set_server`).
+static SERVER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Names the server for the error lines that follow: its URL or sentinels, and
+/// the options that choose another.
+pub fn set_server(described: String) {
+    let _ = SERVER.set(described);
+}
+
 /// Prints the one-line cause of `error` for `key` and returns its status.
 pub fn failure(error: &Error, key: &str) -> i32 {
     let (status, line) = match error {
-        Error::Connection(cause) => (NO_SERVER, format!("cannot reach the server: {cause}")),
+        Error::Connection(cause) => (
+            NO_SERVER,
+            match SERVER.get() {
+                Some(server) => format!("cannot reach the server at {server}: {cause}"),
+                None => format!("cannot reach the server: {cause}"),
+            },
+        ),
         Error::WaitUnanswered { .. } => (NO_SERVER, error.to_string()),
         Error::ModuleNotLoaded(_) | Error::NoBackend(_) | Error::LibraryTooOld { .. } => {
             (NO_MODULE, error.to_string())

@@ -29,9 +29,7 @@ fn main() {
         Ok(cli) => cli,
         Err(error) if error.use_stderr() => {
             // A one-line cause, as for every other error, then clap's usage hint.
-            let text = error.to_string();
-            let first = text.lines().next().unwrap_or("bad arguments");
-            events::line(first.trim_start_matches("error: "));
+            events::line(args::one_line(&error.to_string()));
             events::line("see `redis-lock --help`");
             std::process::exit(exit::USAGE);
         }
@@ -74,6 +72,7 @@ async fn dispatch(cli: Cli, events: Events) -> i32 {
         };
     }
     let backend = cli.connection.backend;
+    exit::set_server(cli.connection.describe());
     let target = match cli.connection.target() {
         Ok(target) => target,
         Err(message) => {

@@ -337,7 +337,7 @@ fn each_error_has_its_own_status_and_line() {
             "redis://127.0.0.1:1/".into(),
             &["run", "job", "--", "true"],
             69,
-            "cannot reach the server",
+            "cannot reach the server at redis://127.0.0.1:1/ (set --url or REDIS_URL)",
         ),
         (
             plain.url(),

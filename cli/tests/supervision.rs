@@ -329,7 +329,7 @@ fn a_wait_on_a_stopped_server_gives_up_in_time_and_says_why() {
         assert_eq!(status.code(), Some(69), "{err}");
         // Stopped before the connect: the connect times out; while queued: the wait.
         let why = if stop_first {
-            "cannot reach the server: timed out"
+            "(set --url or REDIS_URL): timed out"
         } else {
             "no answer from the server within the wait of 1s"
         };

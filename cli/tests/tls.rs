@@ -109,7 +109,8 @@ fn the_certificate_is_checked_against_the_roots_unless_the_url_says_insecure() {
     assert_eq!(output.status.code(), Some(69), "{}", stderr(&output));
     let err = stderr(&output);
     assert!(
-        err.starts_with("redis-lock: cannot reach the server: ") && err.contains("certificate"),
+        err.starts_with("redis-lock: cannot reach the server at rediss://")
+            && err.contains("certificate"),
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -135,7 +136,7 @@ fn a_plain_url_to_the_tls_port_and_a_tls_url_to_the_plain_port_fail_with_one_lin
         let err = stderr(&output);
         assert_eq!(output.status.code(), Some(69), "{url}: {err}");
         assert!(
-            err.starts_with("redis-lock: cannot reach the server: "),
+            err.starts_with(&format!("redis-lock: cannot reach the server at {url} ")),
             "{url}: {err}"
         );
         assert_eq!(err.lines().count(), 1, "{url}: {err}");
