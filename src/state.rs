@@ -36,7 +36,7 @@ pub struct Module {
     /// queues.
     any_waiting: AtomicBool,
     /// True while the module deletes a key that it hands off right after itself
-    /// (`waiting::marks::deleting_here`).
+    /// ([`Module::deleting_here`]).
     deleting_here: AtomicBool,
     live: MainThread<RefCell<Option<Live>>>,
 }
@@ -218,8 +218,11 @@ pub struct Setting {
     pub max: i64,
 }
 
+/// How many configs the module has.
+pub const SETTING_COUNT: usize = 2;
+
 /// The module's configs.
-pub fn settings() -> [Setting; 2] {
+pub fn settings() -> [Setting; SETTING_COUNT] {
     [
         Setting {
             name: "max-ttl",

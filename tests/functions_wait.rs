@@ -283,16 +283,6 @@ fn a_timed_out_waiter_leaves_and_never_holds() {
     assert_eq!(cancelled, 0);
 }
 
-/// Calls of `command` so far (`INFO commandstats`), 0 before the first.
-fn calls(con: &mut Connection, command: &str) -> u64 {
-    info_field(con, "commandstats", &format!("cmdstat_{command}"))
-        .and_then(|stat| {
-            stat.split(',')
-                .find_map(|part| part.strip_prefix("calls=")?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 #[test]
 fn a_waiter_sends_at_most_one_command_a_second_while_the_lock_stays_held() {
     // SPEC "Without the module": no client polls while a lock stays held beyond
@@ -319,7 +309,10 @@ fn a_waiter_sends_at_most_one_command_a_second_while_the_lock_stays_held() {
         thread::sleep(Duration::from_secs(1));
         extend(&mut con);
     }
-    let (fcall, blpop) = (calls(&mut con, "fcall"), calls(&mut con, "blpop"));
+    let (fcall, blpop) = (
+        command_calls(&mut con, "fcall"),
+        command_calls(&mut con, "blpop"),
+    );
     let start = Instant::now();
     let mut extends = 0;
     while start.elapsed() < Duration::from_secs(SECONDS) {
@@ -327,7 +320,9 @@ fn a_waiter_sends_at_most_one_command_a_second_while_the_lock_stays_held() {
         extend(&mut con);
         extends += 1;
     }
-    let sent = calls(&mut con, "fcall") - fcall - extends + calls(&mut con, "blpop") - blpop;
+    let sent = command_calls(&mut con, "fcall") - fcall - extends
+        + command_calls(&mut con, "blpop")
+        - blpop;
     let elapsed = start.elapsed().as_secs_f64();
     eprintln!(
         "{WAITERS} waiters sent {sent} commands in {elapsed:.1} s while the lock stayed held"

@@ -327,17 +327,6 @@ fn a_promoted_replica_never_mints_a_token_of_the_master_it_replaced() {
         .contains("now a master; its fencing tokens end in the digit"));
 }
 
-/// The commands a server ran, by name, from `INFO commandstats`.
-fn calls(con: &mut Connection, command: &str) -> i64 {
-    let info: String = query(con, &["INFO", "commandstats"]).unwrap();
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 #[test]
 fn shared_holdings_that_lapse_together_travel_as_one_command_and_replay_as_the_master_did() {
     // 40 shared holdings that lapse together, 2 that live on: the master's settle
@@ -370,7 +359,7 @@ fn shared_holdings_that_lapse_together_travel_as_one_command_and_replay_as_the_m
     sync(&mut m);
     // Their expiries spread over the milliseconds the pipeline took: a settle takes
     // all that lapsed by then, so a few commands carry the 40, not 40.
-    let lapses = calls(&mut r, "lock.lapse");
+    let lapses = command_calls(&mut r, "lock.lapse");
     assert!(
         (1..=5).contains(&lapses),
         "{lapses} LOCK.LAPSE for 40 lapses"

@@ -109,12 +109,18 @@ pub fn settle(store: &mut impl Store, now_ms: i64) -> Result<Vec<Lapsed>, StoreE
     if lapsed.is_empty() {
         return Ok(lapsed);
     }
-    let rest = lock.key_expiry(None);
-    match rest {
-        None => done(store.delete())?,
-        Some(at) => shared_key_expiry_at(store, at)?,
-    }
+    let rest = lock.key_expiry(None).filter(|_| !lock.is_empty());
+    expire_with_last_holding(store, rest)?;
     Ok(lapsed)
+}
+
+/// After shared holdings left: the key expires with the last holding (`rest`, its
+/// expiry), or is deleted when none is left.
+fn expire_with_last_holding(store: &mut impl Store, rest: Option<i64>) -> Result<(), StoreError> {
+    match rest {
+        None => done(store.delete()),
+        Some(at) => shared_key_expiry_at(store, at),
+    }
 }
 
 /// Removes the shared holdings the master found lapsed (`owner`, `token` each, as
@@ -143,10 +149,8 @@ pub fn remove_lapsed(store: &mut impl Store, lapsed: &[(&[u8], i64)]) -> Result<
             removed += 1;
         }
     }
-    match lock.key_expiry(None).filter(|_| !lock.is_empty()) {
-        Some(at) => shared_key_expiry_at(store, at)?,
-        None => done(store.delete())?,
-    }
+    let rest = lock.key_expiry(None).filter(|_| !lock.is_empty());
+    expire_with_last_holding(store, rest)?;
     Ok(removed)
 }
 

@@ -52,7 +52,7 @@ pub fn load(ctx: Ctx, args: &[&[u8]]) -> Result<(), String> {
 struct LockSettings;
 
 impl Settings for LockSettings {
-    const COUNT: usize = 2;
+    const COUNT: usize = state::SETTING_COUNT;
 
     fn name(index: usize) -> &'static str {
         state::settings().get(index).map_or("", |s| s.name)

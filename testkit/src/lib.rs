@@ -475,6 +475,16 @@ pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) {
 }
 
 /// One field of `INFO section`.
+/// Calls of `command` so far (`INFO commandstats`), 0 before the first.
+pub fn command_calls(con: &mut Connection, command: &str) -> u64 {
+    info_field(con, "commandstats", &format!("cmdstat_{command}"))
+        .and_then(|stat| {
+            stat.split(',')
+                .find_map(|part| part.strip_prefix("calls=")?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 pub fn info_field(con: &mut Connection, section: &str, field: &str) -> Option<String> {
     let text: String = redis::cmd("INFO").arg(section).query(con).ok()?;
     text.lines()
