@@ -751,3 +751,45 @@ fn info_shows_the_locks_held_the_keys_waited_on_and_how_long_granted_waiters_wai
     let _: () = query(&mut con, &["FLUSHALL"]).unwrap();
     assert_eq!(lock_stat(&mut con, "locks"), 0);
 }
+
+#[test]
+fn info_shows_how_long_released_holdings_were_held_and_how_long_freed_locks_stood_free() {
+    let server = Server::start();
+    let mut con = server.connection();
+    // Held 300 ms, refreshed on the way: the hold counts from the first grant.
+    acquire(&mut con, "held", "holder", 60_000).unwrap();
+    thread::sleep(Duration::from_millis(150));
+    acquire(&mut con, "held", "holder", 60_000).unwrap();
+    thread::sleep(Duration::from_millis(150));
+    assert_eq!(release(&mut con, "held", "holder"), 1);
+    assert_eq!(lock_stat(&mut con, "hold_ms_count"), 1);
+    assert_eq!(lock_stat(&mut con, "hold_ms_le_100"), 0);
+    assert_eq!(lock_stat(&mut con, "hold_ms_le_60000"), 1);
+    assert!(lock_stat(&mut con, "hold_ms_sum") >= 300);
+    // A release hands its lock on in the same command: no time free.
+    acquire(&mut con, "job", "holder", 60_000).unwrap();
+    let first = waiter(&server, "job", "first", 10_000);
+    wait_for_waiters(&mut con, "job", 1);
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(release(&mut con, "job", "holder"), 1);
+    assert!(first.join().unwrap().is_some());
+    assert_eq!(lock_stat(&mut con, "handoff_ms_count"), 1);
+    assert_eq!(lock_stat(&mut con, "handoff_ms_le_1"), 1);
+    // A lapse: the time from the TTL's end to the grant, here held up by a server
+    // that sleeps 200 ms past it; not the 400 ms the waiter waited.
+    let start = Instant::now();
+    acquire(&mut con, "lapsing", "holder", 200).unwrap();
+    let second = waiter(&server, "lapsing", "second", 10_000);
+    wait_for_waiters(&mut con, "lapsing", 1);
+    let _: () = query(&mut con, &["DEBUG", "SLEEP", "0.4"]).unwrap();
+    assert!(second.join().unwrap().is_some());
+    let free_at_most = start.elapsed().as_millis() as i64 - 200;
+    assert_eq!(lock_stat(&mut con, "handoff_ms_count"), 2);
+    let late = lock_stat(&mut con, "handoff_ms_sum");
+    assert!(
+        (150..=free_at_most).contains(&late),
+        "{late} ms from the lapse to the grant, at most {free_at_most}"
+    );
+    // Lapses and deletions are not releases.
+    assert_eq!(lock_stat(&mut con, "hold_ms_count"), 2);
+}

@@ -29,6 +29,12 @@ pub struct Stats {
     pub hand_offs: Counter,
     /// How long each granted waiter waited, from joining the queue to its grant.
     pub wait_ms: Histogram,
+    /// How long each holding released by its holder was held, from its first grant
+    /// (read from its token, see `held_since`) to the release.
+    pub hold_ms: Histogram,
+    /// For each grant to a queued waiter, how long the lock stood free before it:
+    /// from the release, `DEL` or lapse that made room to the grant.
+    pub handoff_ms: Histogram,
 }
 
 /// A distribution of durations in milliseconds, as Prometheus keeps one: a count per
@@ -78,23 +84,52 @@ impl Histogram {
     pub fn sum(&self) -> u64 {
         self.sum.get()
     }
+
+    /// The histogram's INFO values in the order of `histogram_fields!`: the
+    /// cumulative buckets, the sum, the count.
+    fn values(&self) -> impl Iterator<Item = u64> {
+        let buckets = self.cumulative();
+        let count = buckets.last().copied().unwrap_or(0);
+        buckets.into_iter().chain([self.sum(), count])
+    }
 }
 
-/// The INFO names of the wait histogram's fields: one per bucket, then sum and count.
-const WAIT_MS_FIELDS: [&CStr; BUCKETS_MS.len() + 1] = [
-    c"wait_ms_le_1",
-    c"wait_ms_le_5",
-    c"wait_ms_le_10",
-    c"wait_ms_le_50",
-    c"wait_ms_le_100",
-    c"wait_ms_le_500",
-    c"wait_ms_le_1000",
-    c"wait_ms_le_5000",
-    c"wait_ms_le_10000",
-    c"wait_ms_le_30000",
-    c"wait_ms_le_60000",
-    c"wait_ms_le_inf",
-];
+/// The INFO field names of a histogram: one per bucket (`<name>_le_<bound>`, then
+/// `<name>_le_inf`), its sum and its count. Checked when the crate compiles.
+macro_rules! histogram_fields {
+    ($name:literal) => {
+        [
+            cstr(concat!($name, "_le_1\0")),
+            cstr(concat!($name, "_le_5\0")),
+            cstr(concat!($name, "_le_10\0")),
+            cstr(concat!($name, "_le_50\0")),
+            cstr(concat!($name, "_le_100\0")),
+            cstr(concat!($name, "_le_500\0")),
+            cstr(concat!($name, "_le_1000\0")),
+            cstr(concat!($name, "_le_5000\0")),
+            cstr(concat!($name, "_le_10000\0")),
+            cstr(concat!($name, "_le_30000\0")),
+            cstr(concat!($name, "_le_60000\0")),
+            cstr(concat!($name, "_le_inf\0")),
+            cstr(concat!($name, "_sum\0")),
+            cstr(concat!($name, "_count\0")),
+        ]
+    };
+}
+
+/// A C string literal made by `concat!`; evaluated at compile time only.
+const fn cstr(text: &'static str) -> &'static CStr {
+    match CStr::from_bytes_with_nul(text.as_bytes()) {
+        Ok(name) => name,
+        Err(_) => panic!("a histogram field name is not a C string"),
+    }
+}
+
+/// Fields per histogram: its buckets, `+Inf`, the sum and the count.
+const HISTOGRAM_FIELDS: usize = BUCKETS_MS.len() + 3;
+const WAIT_MS_FIELDS: [&CStr; HISTOGRAM_FIELDS] = histogram_fields!("wait_ms");
+const HOLD_MS_FIELDS: [&CStr; HISTOGRAM_FIELDS] = histogram_fields!("hold_ms");
+const HANDOFF_MS_FIELDS: [&CStr; HISTOGRAM_FIELDS] = histogram_fields!("handoff_ms");
 
 /// A counter that can go up and, for gauges such as `waiters`, down.
 ///
@@ -153,11 +188,14 @@ impl Stats {
             wait_timeouts: Counter::new(),
             hand_offs: Counter::new(),
             wait_ms: Histogram::new(),
+            hold_ms: Histogram::new(),
+            handoff_ms: Histogram::new(),
         }
     }
 
-    /// The counters as `(INFO field name, value)`, in a stable order, then the wait
-    /// histogram (`wait_ms_le_<bound>` cumulative, `wait_ms_sum`, `wait_ms_count`).
+    /// The counters as `(INFO field name, value)`, in a stable order, then the
+    /// histograms of waits, holds and hand-offs (`wait_ms_le_<bound>` cumulative,
+    /// `wait_ms_sum`, `wait_ms_count`, and so on).
     pub fn fields(&self) -> Vec<(&'static CStr, u64)> {
         let counters = [
             (c"acquisitions", self.acquisitions.get()),
@@ -171,15 +209,11 @@ impl Stats {
             (c"wait_timeouts", self.wait_timeouts.get()),
             (c"hand_offs", self.hand_offs.get()),
         ];
-        let waits = self.wait_ms.cumulative();
-        let count = waits.last().copied().unwrap_or(0);
         counters
             .into_iter()
-            .chain(WAIT_MS_FIELDS.into_iter().zip(waits))
-            .chain([
-                (c"wait_ms_sum", self.wait_ms.sum()),
-                (c"wait_ms_count", count),
-            ])
+            .chain(WAIT_MS_FIELDS.into_iter().zip(self.wait_ms.values()))
+            .chain(HOLD_MS_FIELDS.into_iter().zip(self.hold_ms.values()))
+            .chain(HANDOFF_MS_FIELDS.into_iter().zip(self.handoff_ms.values()))
             .collect()
     }
 }
@@ -215,5 +249,23 @@ mod tests {
         assert_eq!(field(c"wait_ms_le_inf"), Some(6));
         assert_eq!(field(c"wait_ms_count"), Some(6));
         assert_eq!(field(c"wait_ms_sum"), Some(120_703));
+    }
+
+    #[test]
+    fn each_histogram_has_its_own_fields() {
+        let stats = Stats::new();
+        stats.hold_ms.observe(7);
+        stats.handoff_ms.observe(0);
+        stats.handoff_ms.observe(40);
+        let fields = stats.fields();
+        let field = |name: &CStr| fields.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
+        assert_eq!(field(c"hold_ms_le_5"), Some(0));
+        assert_eq!(field(c"hold_ms_le_10"), Some(1));
+        assert_eq!(field(c"hold_ms_sum"), Some(7));
+        assert_eq!(field(c"handoff_ms_le_1"), Some(1));
+        assert_eq!(field(c"handoff_ms_le_50"), Some(2));
+        assert_eq!(field(c"handoff_ms_count"), Some(2));
+        assert_eq!(field(c"wait_ms_count"), Some(0));
+        assert_eq!(fields.len(), 10 + 3 * HISTOGRAM_FIELDS);
     }
 }

@@ -65,6 +65,16 @@ pub fn digit_of(token: i64) -> i64 {
     token.rem_euclid(NODE_DIGITS)
 }
 
+/// When the holding with `token` was first granted, in Unix ms, as its token tells:
+/// a token is minted at `unix_ms * TOKENS_PER_MS` or just above, so this is exact to
+/// the millisecond while the mint follows the clock (fewer than 100 grants in a
+/// millisecond on the node that minted it). A mint that ran ahead of the clock in a
+/// burst makes its holdings look younger than they are (a hold then reads as
+/// shorter, at least 0); a token minted on another node reads that node's clock.
+pub fn held_since(token: i64) -> i64 {
+    token.div_euclid(TOKENS_PER_MS)
+}
+
 impl TokenMint {
     pub const fn new() -> Self {
         TokenMint {
@@ -144,6 +154,7 @@ mod tests {
         assert_eq!(mint.mint(5), Some(5 * TOKENS_PER_MS));
         assert_eq!(mint.mint(5), Some(5 * TOKENS_PER_MS + NODE_DIGITS));
         assert_eq!(mint.mint(7), Some(7 * TOKENS_PER_MS));
+        assert_eq!(held_since(5 * TOKENS_PER_MS + NODE_DIGITS), 5);
     }
 
     #[test]

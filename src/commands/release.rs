@@ -11,7 +11,8 @@ use crate::waiting::handoff::hand_off;
 use crate::waiting::settle::settle;
 use redis_lock_core::args::parse_owner;
 use redis_lock_core::rules::ReleasePlan;
-use redis_lock_core::store;
+use redis_lock_core::store::{self, Store};
+use redis_lock_core::token::held_since;
 
 pub const SPEC: Spec = Spec {
     name: c"lock.release",
@@ -47,6 +48,7 @@ pub fn release(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
         settle(ctx, &mut open, Arg::Str(key));
     }
     let now = || (!replaying).then(|| ctx.now_ms());
+    let token = open.lock().and_then(|lock| lock.holding_of(owner));
     // The hand-off below follows at once.
     let plan = MODULE.deleting_here(|| store::release(&mut open, owner, now))?;
     drop(open);
@@ -63,6 +65,10 @@ pub fn release(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     if !replaying {
         // Counted where the holder released it, not again on replicas.
         MODULE.stats.releases.incr();
+        if let Some(token) = token {
+            let held = ctx.now_ms().saturating_sub(held_since(token));
+            MODULE.stats.hold_ms.observe(held);
+        }
     }
     hand_off(ctx, db, key.as_bytes());
     Ok(Reply::Integer(1))

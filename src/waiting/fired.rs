@@ -46,12 +46,20 @@ fn fired(ctx: Ctx, job: TimerJob) {
         return;
     }
     match job {
-        TimerJob::Key { db, key, due } => {
+        TimerJob::Key {
+            db,
+            key,
+            due,
+            frees_at,
+        } => {
             // This timer is the key's current one unless a sooner one replaced it
             // (stopped then).
             MODULE.with(|w| w.key_timers.fired(db, &key, due));
             if ctx.select_db(db) {
-                look_at(ctx, db, &key);
+                // Due a millisecond after the expiry or lapse it watches, or
+                // sooner to look again: what it finds free was freed at the later.
+                let freed_at = frees_at.map_or(due, |at| at.max(due.saturating_sub(1)));
+                look_at(ctx, db, &key, Some(freed_at));
             }
         }
         TimerJob::Undelivered { db, key, token } => {
@@ -69,11 +77,11 @@ fn fired(ctx: Ctx, job: TimerJob) {
                 }
                 match mark {
                     Mark::Evicted if is_free(ctx, &key) => {
-                        hand_off_refusing(ctx, db, &key, Some(Refusal::OutOfMemory));
+                        hand_off_refusing(ctx, db, &key, Some(Refusal::OutOfMemory), None);
                     }
-                    Mark::Restored => look_at(ctx, db, &key),
+                    Mark::Restored => look_at(ctx, db, &key, None),
                     Mark::Relocated => rescan::lock_relocated(ctx),
-                    _ => hand_off_from_timer(ctx, db, &key),
+                    _ => hand_off_from_timer(ctx, db, &key, None),
                 }
             }
         }
@@ -90,7 +98,7 @@ fn fired(ctx: Ctx, job: TimerJob) {
                 .unwrap_or_default();
             for (db, key) in keys {
                 if ctx.select_db(db) {
-                    look_at(ctx, db, &key);
+                    look_at(ctx, db, &key, None);
                 }
             }
         }
@@ -99,8 +107,8 @@ fn fired(ctx: Ctx, job: TimerJob) {
 }
 
 /// A key timer: removes lapsed shared holdings, hands off, and keeps watching what
-/// still needs it.
-fn look_at(ctx: Ctx, db: i32, key: &[u8]) {
+/// still needs it. `due` is when what it watched lapsed, if it watched one.
+fn look_at(ctx: Ctx, db: i32, key: &[u8], due: Option<i64>) {
     if ctx.writes_paused() {
         look_when_writes_resume(ctx, db, key);
         return;
@@ -112,5 +120,5 @@ fn look_at(ctx: Ctx, db: i32, key: &[u8]) {
     let lapse = next_lapse(&open);
     drop(open);
     watch_lapse(ctx, db, key, lapse);
-    hand_off_from_timer(ctx, db, key);
+    hand_off_from_timer(ctx, db, key, due.filter(|&at| at <= ctx.now_ms()));
 }

@@ -16,15 +16,25 @@ use crate::reply::{Outcome, Reply, OOM, WRONGTYPE};
 use crate::state::{Client, MODULE};
 
 /// Hands the lock at `key` to as many of its waiters as fit, in order; returns true
-/// if it granted any. Must run with `db` selected in `ctx`.
+/// if it granted any. Must run with `db` selected in `ctx`, in the command or event
+/// that made room (a release, an acquire that found holdings lapsed, a take-back).
 #[inline]
 pub fn hand_off(ctx: Ctx, db: i32, key: &[u8]) -> bool {
     // Inline: on a server without waiters, the common case, one load here.
-    MODULE.any_waiting() && hand_off_refusing(ctx, db, key, None)
+    MODULE.any_waiting() && hand_off_refusing(ctx, db, key, None, None)
 }
 
 /// A hand-off whose grants are all refused with `refusal` when it is given.
-pub fn hand_off_refusing(ctx: Ctx, db: i32, key: &[u8], refusal: Option<Refusal>) -> bool {
+/// `freed_at` is when the room it grants was made (a lapse's time, for a timer that
+/// fired after it), `None` for now: each grant's delay since then goes into the
+/// `handoff_ms` histogram.
+pub fn hand_off_refusing(
+    ctx: Ctx,
+    db: i32,
+    key: &[u8],
+    refusal: Option<Refusal>,
+    freed_at: Option<i64>,
+) -> bool {
     if MODULE.waiters(db, key) == 0 {
         return false;
     }
@@ -68,24 +78,26 @@ pub fn hand_off_refusing(ctx: Ctx, db: i32, key: &[u8], refusal: Option<Refusal>
     let (expiry, lapse) = (open.expires_at(), next_lapse(&open));
     drop(open);
     let granted = !step.grants.is_empty();
-    answer(ctx, db, key, step, now);
+    answer(ctx, db, key, step, now, freed_at.unwrap_or(now));
     watch_expiry(ctx, db, key, expiry);
     watch_lapse(ctx, db, key, lapse);
     granted
 }
 
-/// A hand-off from a timer: the lock expired, or DEL, MIGRATE, FLUSHALL… removed it.
-/// In a cluster, a free lock in a slot this node is migrating away sends its
-/// waiters to the target (`redirect`).
-pub fn hand_off_from_timer(ctx: Ctx, db: i32, key: &[u8]) {
+/// A hand-off from a timer: the lock expired (at `freed_at`), or DEL, MIGRATE,
+/// FLUSHALL… removed it (`None`: just now). In a cluster, a free lock in a slot this
+/// node is migrating away sends its waiters to the target (`redirect`).
+pub fn hand_off_from_timer(ctx: Ctx, db: i32, key: &[u8], freed_at: Option<i64>) {
     if ctx.in_cluster() && MODULE.waiters(db, key) > 0 && !ctx.writes_paused() && is_free(ctx, key)
     {
         if let Some(redirect) = redirect::migrating(ctx, key) {
-            hand_off_refusing(ctx, db, key, Some(Refusal::Redirect(redirect)));
+            hand_off_refusing(ctx, db, key, Some(Refusal::Redirect(redirect)), freed_at);
             return;
         }
     }
-    hand_off(ctx, db, key);
+    if MODULE.any_waiting() {
+        hand_off_refusing(ctx, db, key, None, freed_at);
+    }
 }
 
 /// True when nothing holds the lock at `key` (and no other type is there).
@@ -111,8 +123,8 @@ fn out_of_memory_for(ctx: Ctx, open: &OpenKey, db: i32, key: &[u8]) -> Option<Re
 }
 
 /// Tells replicas, subscribers and INFO about a planned and stored hand-off step,
-/// and answers its waiters.
-fn answer(ctx: Ctx, db: i32, key: &[u8], step: HandOff<Client>, now: i64) {
+/// and answers its waiters. The lock stood free since `freed_at`.
+fn answer(ctx: Ctx, db: i32, key: &[u8], step: HandOff<Client>, now: i64, freed_at: i64) {
     // The key as a string, made once for every grant's propagation and event.
     let key_string = (!step.grants.is_empty())
         .then(|| OwnedString::new(key))
@@ -130,6 +142,7 @@ fn answer(ctx: Ctx, db: i32, key: &[u8], step: HandOff<Client>, now: i64) {
             propagate::grant(ctx, key_arg, owner, token, at, mode);
             stats.acquisitions.incr();
             stats.hand_offs.incr();
+            stats.handoff_ms.observe(now.saturating_sub(freed_at));
         } else {
             propagate::expiry(ctx, key_arg, owner, token, at, at, mode);
         }

@@ -13,8 +13,14 @@ use crate::state::MODULE;
 pub enum TimerJob {
     /// Look at the lock at this key: it may have expired, a shared holding may have
     /// lapsed, its expiry may have been changed by hand. `due` tells this timer from
-    /// a later one of the same key.
-    Key { db: i32, key: Box<[u8]>, due: i64 },
+    /// a later one of the same key; `frees_at` is the expiry or lapse it was armed
+    /// to see (it may be due before it, to look again).
+    Key {
+        db: i32,
+        key: Box<[u8]>,
+        due: i64,
+        frees_at: Option<i64>,
+    },
     /// Keys marked by keyspace or flush events may have freed (`marks`).
     Marked,
     /// A granted waiter disconnected before its reply went out: take the holding
@@ -40,21 +46,27 @@ pub fn start(ctx: Ctx, delay_ms: i64, job: TimerJob) -> Option<u64> {
 /// `expires_at`, at most `EXPIRY_RECHECK_MS` ahead (`redis_lock_core::timers`).
 pub fn watch_expiry(ctx: Ctx, db: i32, key: &[u8], expires_at: Option<i64>) {
     if MODULE.waiters(db, key) > 0 {
-        watch(ctx, db, key, expiry_due(ctx.now_ms(), expires_at));
+        watch(
+            ctx,
+            db,
+            key,
+            expiry_due(ctx.now_ms(), expires_at),
+            expires_at,
+        );
     }
 }
 
 /// Watches a shared holding that lapses (at `next_lapse`) while others live on.
 pub fn watch_lapse(ctx: Ctx, db: i32, key: &[u8], next_lapse: Option<i64>) {
     if let Some(at) = next_lapse {
-        watch(ctx, db, key, at.saturating_add(1));
+        watch(ctx, db, key, at.saturating_add(1), Some(at));
     }
 }
 
-/// Keeps one timer per watched key, due by `due`. A timer already due by then is
-/// kept: firing early is harmless (it looks again), and keeping it spares a stop and
-/// a create on every refresh or contended acquire.
-fn watch(ctx: Ctx, db: i32, key: &[u8], due: i64) {
+/// Keeps one timer per watched key, due by `due`, to see what happens at `frees_at`.
+/// A timer already due by then is kept: firing early is harmless (it looks again),
+/// and keeping it spares a stop and a create on every refresh or contended acquire.
+fn watch(ctx: Ctx, db: i32, key: &[u8], due: i64, frees_at: Option<i64>) {
     let now = ctx.now_ms();
     let due = due.min(now.saturating_add(MAX_TIMER_DELAY_MS));
     let current = MODULE.with(|w| w.key_timers.get(db, key)).flatten();
@@ -65,6 +77,7 @@ fn watch(ctx: Ctx, db: i32, key: &[u8], due: i64) {
         db,
         key: key.into(),
         due,
+        frees_at,
     };
     let Some(id) = start(ctx, delay_until(now, due), job) else {
         return;
