@@ -295,8 +295,9 @@ local function load_queue(qkey)
         if field == 'mark' or field == 'seq' then
             queue[field] = tonumber(value) or 0
         elseif kind == 'w:' then
-            local seq, lease_until, lease, ttl, shared, limit =
-                string.match(value, '^(%d+) (%d+) (%d+) (%d+) ([xs]) (%d+)$')
+            -- The arrival time is last: a place stored before it was kept has none.
+            local seq, lease_until, lease, ttl, shared, limit, since =
+                string.match(value, '^(%d+) (%d+) (%d+) (%d+) ([xs]) (%d+) ?(%d*)$')
             if seq then
                 table.insert(queue.places, {
                     owner = owner,
@@ -306,6 +307,7 @@ local function load_queue(qkey)
                     ttl = tonumber(ttl),
                     shared = shared == 's',
                     limit = tonumber(limit) > 0 and tonumber(limit) or nil,
+                    since = tonumber(since),
                 })
             end
         elseif kind == 'g:' then
@@ -716,9 +718,13 @@ local function holder_map(h, now)
     return { map = { owner = h.owner, ttl = ttl, token = h.token } }
 end
 
+-- How many waiters lock_info describes one by one (as the module's LOCK.INFO).
+local QUEUE_SHOWN = 10
+
 -- FCALL_RO lock_info 1 key (no-writes: runs on replicas)
 -- SPEC "LOCK.INFO": nil when free; else mode, holders oldest first, waiters (live
--- queue places), and for an exclusive lock its owner, ttl and token.
+-- queue places), queue (the first QUEUE_SHOWN of them: owner, mode, limit with
+-- LIMIT, waited ms), and for an exclusive lock its owner, ttl and token.
 local function lock_info(keys, args)
     if #keys ~= 1 or #args ~= 0 then
         arity('lock_info')
@@ -736,13 +742,19 @@ local function lock_info(keys, args)
     if #holders == 0 then
         return nil
     end
-    local waiters = 0
+    local waiters, shown = 0, {}
     for _, p in ipairs(queue.places) do
         if live(p.lease_until, now) then
             waiters = waiters + 1
+            if waiters <= QUEUE_SHOWN then
+                local w = { owner = p.owner, mode = p.shared and 'shared' or 'exclusive' }
+                w.limit = p.limit
+                w.waited = math.max(now - (p.since or now), 0)
+                table.insert(shown, { map = w })
+            end
         end
     end
-    local info = { waiters = waiters, mode = lock.mode, holders = holders }
+    local info = { waiters = waiters, mode = lock.mode, holders = holders, queue = shown }
     if lock.mode == 'exclusive' and #holders == 1 then
         local only = holders[1].map
         info.owner, info.ttl, info.token = only.owner, only.ttl, only.token
@@ -809,7 +821,7 @@ local function lock_wait(keys, args)
     end
     if not place then
         state.queue.seq = state.queue.seq + 1
-        place = { owner = request.owner, seq = state.queue.seq }
+        place = { owner = request.owner, seq = state.queue.seq, since = state.now }
         table.insert(state.queue.places, place)
         index = #state.queue.places
     end
@@ -820,7 +832,8 @@ local function lock_wait(keys, args)
     store_queue(state, {
         'w:' .. request.owner,
         table.concat({ int(place.seq), int(place.lease_until), int(place.lease),
-            int(place.ttl), place.shared and 's' or 'x', int(place.limit or 0) }, ' '),
+            int(place.ttl), place.shared and 's' or 'x', int(place.limit or 0),
+            int(place.since or state.now) }, ' '),
     })
     return { 0, wake_in(state, place, index), list }
 end

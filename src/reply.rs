@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 
 use redis_lock_core::args;
+use redis_lock_core::holdings::Kind;
 use redis_lock_core::store::{Failure, StoreError};
 use redis_lock_core::{LockError, Mode};
 
@@ -31,6 +32,20 @@ pub struct LockInfo {
     /// Oldest first.
     pub holders: Vec<HolderInfo>,
     pub waiters: i64,
+    /// The first [`QUEUE_SHOWN`] waiters, longest-waiting first.
+    pub queue: Vec<WaiterInfo>,
+}
+
+/// How many waiters LOCK.INFO describes one by one; `waiters` counts them all.
+pub const QUEUE_SHOWN: usize = 10;
+
+/// One waiter in LOCK.INFO.
+#[derive(Debug, PartialEq, Eq)]
+pub struct WaiterInfo {
+    pub owner: Box<[u8]>,
+    pub kind: Kind,
+    /// Milliseconds since it joined the queue.
+    pub waited: i64,
 }
 
 /// One holding in LOCK.INFO.
@@ -76,16 +91,39 @@ impl HolderInfo {
     }
 }
 
+impl WaiterInfo {
+    /// A map of `owner`, `mode`, `limit` (only with LIMIT) and `waited`.
+    fn send(&self, ctx: Ctx) {
+        let limit = match self.kind {
+            Kind::Shared { limit } => limit,
+            Kind::Exclusive => None,
+        };
+        ctx.reply_map(if limit.is_some() { 4 } else { 3 });
+        ctx.reply_bulk(b"owner");
+        ctx.reply_bulk(&self.owner);
+        ctx.reply_bulk(b"mode");
+        ctx.reply_bulk(self.kind.mode().name().as_bytes());
+        if let Some(limit) = limit {
+            ctx.reply_bulk(b"limit");
+            ctx.reply_integer(i64::from(limit));
+        }
+        ctx.reply_bulk(b"waited");
+        ctx.reply_integer(self.waited);
+    }
+}
+
 impl LockInfo {
     /// A map (RESP3) or flat field/value array (RESP2): `mode`, `holders` (each a
-    /// map of `owner`, `ttl`, `token`) and `waiters`; an exclusive lock starts with
+    /// map of `owner`, `ttl`, `token`), `waiters` (how many) and `queue` (the first
+    /// of them, each a map of `owner`, `mode`, `limit` with LIMIT, and `waited` in
+    /// ms, longest-waiting first); an exclusive lock starts with
     /// its holding's `owner`, `ttl` and `token` as version 1 of the reply had them.
     fn send(&self, ctx: Ctx) {
         let single = match (self.mode, self.holders.as_slice()) {
             (Mode::Exclusive, [holder]) => Some(holder),
             _ => None,
         };
-        ctx.reply_map(if single.is_some() { 6 } else { 3 });
+        ctx.reply_map(if single.is_some() { 7 } else { 4 });
         if let Some(holder) = single {
             ctx.reply_bulk(b"owner");
             ctx.reply_bulk(&holder.owner);
@@ -102,6 +140,11 @@ impl LockInfo {
         ctx.reply_array(self.holders.len());
         for holder in &self.holders {
             holder.send(ctx);
+        }
+        ctx.reply_bulk(b"queue");
+        ctx.reply_array(self.queue.len());
+        for waiter in &self.queue {
+            waiter.send(ctx);
         }
     }
 }

@@ -135,9 +135,9 @@ fn info_is_a_map_in_resp3_and_a_flat_array_in_resp2() {
     let Value::Array(items) = &v2 else {
         panic!("RESP2 LOCK.INFO is {v2:?}")
     };
-    // Version 1's owner, ttl, token and waiters come first, as before; then mode and
-    // holders.
-    assert_eq!(items.len(), 12);
+    // Version 1's owner, ttl, token and waiters come first, as before; then mode,
+    // holders and the first waiters.
+    assert_eq!(items.len(), 14);
     let names: Vec<String> = items
         .iter()
         .step_by(2)
@@ -145,7 +145,7 @@ fn info_is_a_map_in_resp3_and_a_flat_array_in_resp2() {
         .collect();
     assert_eq!(
         names,
-        ["owner", "ttl", "token", "waiters", "mode", "holders"]
+        ["owner", "ttl", "token", "waiters", "mode", "holders", "queue"]
     );
     let info2 = LockInfo::from_value(v2.clone()).unwrap();
 

@@ -89,8 +89,14 @@ fn error_text(error: &redis::RedisError) -> String {
     )
 }
 
-/// An INFO as compared: mode, holders oldest first (owner, ttl, token), waiters.
-type View = (String, Vec<(Vec<u8>, i64, i64)>, i64);
+/// An INFO as compared: mode, holders oldest first (owner, ttl, token), waiters, the
+/// first waiters (owner, mode, limit).
+type View = (
+    String,
+    Vec<(Vec<u8>, i64, i64)>,
+    i64,
+    Vec<(Vec<u8>, String, Option<i64>)>,
+);
 
 fn view(info: Option<LockInfo>) -> Option<View> {
     info.map(|i| {
@@ -99,7 +105,12 @@ fn view(info: Option<LockInfo>) -> Option<View> {
             .into_iter()
             .map(|h| (h.owner, h.ttl, h.token))
             .collect();
-        (i.mode, holders, i.waiters)
+        let queue = i
+            .queue
+            .into_iter()
+            .map(|w| (w.owner, w.mode, w.limit))
+            .collect();
+        (i.mode, holders, i.waiters, queue)
     })
 }
 
@@ -276,9 +287,10 @@ impl Diff {
                 .collect();
             let same = views.iter().all(|(key, m, l)| match (m, l) {
                 (None, None) => true,
-                (Some((mm, mh, mw)), Some((lm, lh, lw))) => {
+                (Some((mm, mh, mw, mq)), Some((lm, lh, lw, lq))) => {
                     mm == lm
                         && mw == lw
+                        && mq == lq
                         && mh.len() == lh.len()
                         && mh.iter().zip(lh).all(|(a, b)| {
                             a.0 == b.0

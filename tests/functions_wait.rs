@@ -493,3 +493,54 @@ fn a_del_or_a_pexpire_by_hand_is_seen_within_a_lease() {
         handle.join().unwrap();
     }
 }
+
+#[test]
+fn info_lists_the_first_ten_waiters_oldest_first_with_mode_limit_and_wait() {
+    let (server, mut con) = library_server(Config::default());
+    assert!(LIB
+        .acquire(&mut con, "q", "holder", 60_000, &[])
+        .unwrap()
+        .is_some());
+    let (done, _granted) = mpsc::channel();
+    let modes = |i: usize| -> Vec<String> {
+        match i % 3 {
+            0 => vec![],
+            1 => vec!["SHARED".into()],
+            _ => vec!["LIMIT".into(), "3".into()],
+        }
+    };
+    let handles: Vec<_> = (0..12)
+        .map(|i| {
+            let mut request = WaitRequest::new("q", &format!("waiter-{i:02}"), 60_000);
+            request.mode = modes(i);
+            request.timeout = Some(Duration::from_millis(2500));
+            spawn_waiter(&server, &mut con, request, &done)
+        })
+        .collect();
+    let info = LIB.info(&mut con, "q").unwrap();
+    assert_eq!(info.waiters, 12);
+    let listed: Vec<_> = info
+        .queue
+        .iter()
+        .map(|w| {
+            (
+                String::from_utf8(w.owner.clone()).unwrap(),
+                w.mode.as_str(),
+                w.limit,
+            )
+        })
+        .collect();
+    let expected: Vec<_> = (0..10)
+        .map(|i| {
+            let mode = if i % 3 == 0 { "exclusive" } else { "shared" };
+            (format!("waiter-{i:02}"), mode, (i % 3 == 2).then_some(3))
+        })
+        .collect();
+    assert_eq!(listed, expected);
+    let waited: Vec<i64> = info.queue.iter().map(|w| w.waited).collect();
+    assert!(waited.windows(2).all(|w| w[0] >= w[1]), "{waited:?}");
+    assert!(waited[0] > waited[9], "{waited:?}");
+    for handle in handles {
+        handle.join().unwrap();
+    }
+}

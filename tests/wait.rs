@@ -793,3 +793,59 @@ fn info_shows_how_long_released_holdings_were_held_and_how_long_freed_locks_stoo
     // Lapses and deletions are not releases.
     assert_eq!(lock_stat(&mut con, "hold_ms_count"), 2);
 }
+
+#[test]
+fn info_lists_the_first_ten_waiters_oldest_first_with_mode_limit_and_wait() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire(&mut con, "q", "holder", 60_000).unwrap();
+    let handles: Vec<_> = (0..12)
+        .map(|i| {
+            let mut waiter_con = server.connection();
+            let mut cmd = redis::cmd("LOCK.ACQUIRE");
+            cmd.arg("q").arg(format!("waiter-{i:02}")).arg(60_000);
+            match i % 3 {
+                0 => {}
+                1 => {
+                    cmd.arg("SHARED");
+                }
+                _ => {
+                    cmd.arg("LIMIT").arg(3);
+                }
+            }
+            cmd.arg("WAIT").arg(2_000);
+            let handle = thread::spawn(move || {
+                let _: Option<i64> = cmd.query(&mut waiter_con).expect("LOCK.ACQUIRE WAIT");
+            });
+            wait_for_waiters(&mut con, "q", i as i64 + 1);
+            thread::sleep(Duration::from_millis(2));
+            handle
+        })
+        .collect();
+    let info = lock_info(&mut con, "q").unwrap();
+    assert_eq!(info.waiters, 12);
+    let listed: Vec<_> = info
+        .queue
+        .iter()
+        .map(|w| {
+            (
+                String::from_utf8(w.owner.clone()).unwrap(),
+                w.mode.as_str(),
+                w.limit,
+            )
+        })
+        .collect();
+    let expected: Vec<_> = (0..10)
+        .map(|i| {
+            let mode = if i % 3 == 0 { "exclusive" } else { "shared" };
+            (format!("waiter-{i:02}"), mode, (i % 3 == 2).then_some(3))
+        })
+        .collect();
+    assert_eq!(listed, expected);
+    let waited: Vec<i64> = info.queue.iter().map(|w| w.waited).collect();
+    assert!(waited.windows(2).all(|w| w[0] >= w[1]), "{waited:?}");
+    assert!(waited[0] > waited[9], "{waited:?}");
+    for handle in handles {
+        handle.join().unwrap();
+    }
+}

@@ -294,6 +294,23 @@ pub struct LockInfo {
     pub mode: Mode,
     /// Every holding, oldest first: one for an exclusive lock.
     pub holders: Vec<Holder>,
+    /// The first waiters (up to 10 of `waiters`), longest-waiting first; empty from a
+    /// server that does not list them.
+    pub queue: Vec<Queued>,
+}
+
+/// One waiter of a lock, as `LOCK.INFO` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Queued {
+    /// The owner it asks for the lock as.
+    pub owner: Owner,
+    /// What it asks for.
+    pub mode: Mode,
+    /// Its `LIMIT` (a semaphore's permits), if it gave one.
+    pub limit: Option<u32>,
+    /// How long it has waited.
+    pub waited: Duration,
 }
 
 /// Reads a LOCK.INFO reply: null, a RESP3 map or a RESP2 flat array; with a
@@ -311,6 +328,7 @@ pub(crate) fn parse_info(value: Value) -> Result<Option<LockInfo>> {
         token: 0,
     };
     let mut listed = false;
+    let mut queue = Vec::new();
     for (name, value) in fields {
         match field_name(name)?.as_str() {
             "mode" => {
@@ -329,6 +347,14 @@ pub(crate) fn parse_info(value: Value) -> Result<Option<LockInfo>> {
                 }
             }
             "waiters" => waiters = redis::from_redis_value(value).map_err(unexpected)?,
+            "queue" => {
+                // An empty list from the library can arrive as an empty RESP3 map.
+                if let Value::Array(list) = value {
+                    for waiter in list {
+                        queue.push(parse_queued(waiter)?);
+                    }
+                }
+            }
             name => holder_field(&mut single, name, value)?,
         }
     }
@@ -347,7 +373,38 @@ pub(crate) fn parse_info(value: Value) -> Result<Option<LockInfo>> {
         waiters,
         mode,
         holders,
+        queue,
     }))
+}
+
+fn parse_queued(value: Value) -> Result<Queued> {
+    let mut queued = Queued {
+        owner: Owner::default(),
+        mode: Mode::Exclusive,
+        limit: None,
+        waited: Duration::ZERO,
+    };
+    for (name, value) in pairs(value)?.unwrap_or_default() {
+        match field_name(name)?.as_str() {
+            "owner" => {
+                let bytes: Vec<u8> = redis::from_redis_value(value).map_err(unexpected)?;
+                queued.owner = Owner(bytes);
+            }
+            "mode" => {
+                let name: String = redis::from_redis_value(value).map_err(unexpected)?;
+                if name == "shared" {
+                    queued.mode = Mode::Shared;
+                }
+            }
+            "limit" => queued.limit = Some(redis::from_redis_value(value).map_err(unexpected)?),
+            "waited" => {
+                let ms: i64 = redis::from_redis_value(value).map_err(unexpected)?;
+                queued.waited = Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+            }
+            _ => {} // fields a newer server adds
+        }
+    }
+    Ok(queued)
 }
 
 fn parse_holder(value: Value) -> Result<Holder> {
@@ -425,6 +482,15 @@ mod tests {
             (bulk("ttl"), Value::Int(1500)),
             (bulk("token"), Value::Int(42)),
             (bulk("waiters"), Value::Int(2)),
+            (
+                bulk("queue"),
+                Value::Array(vec![Value::Map(vec![
+                    (bulk("owner"), bulk("next")),
+                    (bulk("mode"), bulk("shared")),
+                    (bulk("limit"), Value::Int(3)),
+                    (bulk("waited"), Value::Int(250)),
+                ])]),
+            ),
         ];
         let flat = Value::Array(
             fields
@@ -444,6 +510,12 @@ mod tests {
             waiters: 2,
             mode: Mode::Exclusive,
             holders: vec![holder],
+            queue: vec![Queued {
+                owner: "next".into(),
+                mode: Mode::Shared,
+                limit: Some(3),
+                waited: Duration::from_millis(250),
+            }],
         };
         assert_eq!(
             parse_info(Value::Map(fields)).unwrap(),

@@ -173,6 +173,14 @@ impl<W: Copy + Eq + Hash> Queues<W> {
         }
     }
 
+    /// The first `n` waiters of `key`, longest-waiting first, left in place: O(n).
+    pub fn first(&self, db: i32, key: &[u8], n: usize) -> impl Iterator<Item = &Waiter<W>> {
+        self.queue(db, key)
+            .into_iter()
+            .flat_map(|q| q.waiters.values())
+            .take(n)
+    }
+
     /// The longest-waiting client of `key`, left in place.
     pub fn front(&self, db: i32, key: &[u8]) -> Option<&Waiter<W>> {
         self.queue(db, key)?.waiters.values().next()

@@ -9,7 +9,7 @@ from functools import partial
 
 import redis
 
-from redis_lock_client import Lock, ReadWriteLock
+from redis_lock_client import Lock, ReadWriteLock, Semaphore
 
 from servers import RedisServer, lock_info, wait_until
 from workers import start
@@ -134,3 +134,27 @@ def test_a_waiter_on_the_library_sends_at_most_one_command_a_second() -> None:
         waiter.release()
     finally:
         server.stop()
+
+
+def test_info_lists_the_waiters_with_their_mode_limit_and_wait(
+    server: RedisServer, client: redis.Redis
+) -> None:
+    holder = Lock(client, "job")
+    assert holder.acquire()
+    waiter = Semaphore(server.client(), "job", permits=3)
+    got = threading.Thread(target=lambda: waiter.acquire(timeout=10))
+    got.start()
+    try:
+        wait_until(partial(queued, client, 1), limit=10)
+        time.sleep(0.05)
+        info = holder.info()
+        assert info is not None
+        [queued_waiter] = info["queue"]
+        assert queued_waiter["mode"] == "shared"
+        assert queued_waiter["limit"] == 3
+        assert queued_waiter["owner"]
+        assert 0.04 <= queued_waiter["waited"] < 10
+    finally:
+        holder.release()
+        got.join(10)
+        waiter.release()

@@ -4,7 +4,7 @@ use super::common::{key_and_rest, lock_in, MAX_ARGS};
 use crate::ffi::command::{KeyAccess, Param, ParamKind, Spec};
 use crate::ffi::key::OpenKey;
 use crate::ffi::{Argv, Ctx};
-use crate::reply::{HolderInfo, LockInfo, Reply};
+use crate::reply::{HolderInfo, LockInfo, Reply, WaiterInfo, QUEUE_SHOWN};
 use crate::state::MODULE;
 
 pub const SPEC: Spec = Spec {
@@ -13,8 +13,8 @@ pub const SPEC: Spec = Spec {
     arity: 2,
     acl_categories: c"read fast",
     key_access: KeyAccess::Read,
-    summary: c"Describes the lock at key (mode, holders with owner, ttl and token, waiters), or null when it is free.",
-    complexity: c"O(n) for n holdings of the key",
+    summary: c"Describes the lock at key (mode, holders with owner, ttl and token, how many wait, the first 10 waiters), or null when it is free.",
+    complexity: c"O(n) for n holdings of the key (the first 10 waiters: O(1))",
     params: &[Param::new(c"key", ParamKind::Key)],
     history: &[],
 };
@@ -43,9 +43,23 @@ pub fn info(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     if holders.is_empty() {
         return Ok(Reply::Null);
     }
+    let db = ctx.selected_db();
+    let queue = MODULE
+        .with(|live| {
+            live.queues
+                .first(db, key.as_bytes(), QUEUE_SHOWN)
+                .map(|w| WaiterInfo {
+                    owner: w.owner.clone(),
+                    kind: w.kind,
+                    waited: now.saturating_sub(w.queued_at).max(0),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(Reply::Info(Box::new(LockInfo {
         mode: lock.mode(),
         holders,
-        waiters: MODULE.waiters(ctx.selected_db(), key.as_bytes()) as i64,
+        waiters: MODULE.waiters(db, key.as_bytes()) as i64,
+        queue,
     })))
 }

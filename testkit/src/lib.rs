@@ -548,6 +548,50 @@ pub struct LockInfo {
     pub ttl: i64,
     pub token: i64,
     pub waiters: i64,
+    /// The first waiters, longest-waiting first.
+    pub queue: Vec<Queued>,
+}
+
+/// One waiter in a LOCK.INFO reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Queued {
+    pub owner: Vec<u8>,
+    /// `exclusive` or `shared`.
+    pub mode: String,
+    /// Its LIMIT, if it gave one.
+    pub limit: Option<i64>,
+    /// Milliseconds since it joined the queue.
+    pub waited: i64,
+}
+
+impl Queued {
+    fn from_value(value: Value) -> Queued {
+        let mut queued = Queued {
+            owner: Vec::new(),
+            mode: String::new(),
+            limit: None,
+            waited: i64::MIN,
+        };
+        for (name, value) in pairs(value) {
+            match name.as_str() {
+                "owner" => queued.owner = redis::from_redis_value(value).expect("owner"),
+                "mode" => queued.mode = redis::from_redis_value(value).expect("mode"),
+                "limit" => queued.limit = Some(redis::from_redis_value(value).expect("limit")),
+                "waited" => queued.waited = redis::from_redis_value(value).expect("waited"),
+                other => panic!("unexpected waiter field {other}"),
+            }
+        }
+        assert!(queued.waited >= 0, "{queued:?}");
+        assert!(
+            ["exclusive", "shared"].contains(&queued.mode.as_str()),
+            "{queued:?}"
+        );
+        assert!(
+            queued.limit.is_none() || queued.mode == "shared",
+            "{queued:?}"
+        );
+        queued
+    }
 }
 
 /// One holding in a LOCK.INFO reply.
@@ -614,7 +658,9 @@ impl LockInfo {
             ttl: i64::MIN,
             token: i64::MIN,
             waiters: i64::MIN,
+            queue: Vec::new(),
         };
+        let mut queue_listed = false;
         for (name, value) in pairs(value) {
             match name.as_str() {
                 "owner" => info.owner = redis::from_redis_value(value).expect("owner"),
@@ -628,10 +674,26 @@ impl LockInfo {
                     };
                     info.holders = items.into_iter().map(Holder::from_value).collect();
                 }
+                "queue" => {
+                    queue_listed = true;
+                    let items = match value {
+                        Value::Array(items) => items,
+                        // An empty Lua table is an empty array, but RESP3 may see a map.
+                        Value::Map(pairs) if pairs.is_empty() => Vec::new(),
+                        other => panic!("queue is not an array: {other:?}"),
+                    };
+                    info.queue = items.into_iter().map(Queued::from_value).collect();
+                }
                 other => panic!("unexpected LOCK.INFO field {other}"),
             }
         }
         assert!(info.waiters != i64::MIN, "{info:?}");
+        assert!(queue_listed, "no queue: {info:?}");
+        assert_eq!(
+            info.queue.len() as i64,
+            info.waiters.min(10),
+            "the first 10 waiters are listed: {info:?}"
+        );
         assert!(!info.holders.is_empty(), "a lock has a holding: {info:?}");
         match info.mode.as_str() {
             "exclusive" => {

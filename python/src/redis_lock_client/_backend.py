@@ -125,7 +125,9 @@ def _pairs(reply: Any) -> dict[str, Any]:
 
 def parse_info(reply: Any) -> dict[str, Any] | None:
     """``LOCK.INFO`` in RESP2 or RESP3 as ``{"mode", "waiters", "holders": [{"owner",
-    "ttl" (seconds), "token"}]}``; ``None`` when nothing is held."""
+    "ttl" (seconds), "token"}], "queue": [{"owner", "mode", "limit" (with LIMIT),
+    "waited" (seconds)}]}`` (the first 10 waiters, longest-waiting first); ``None``
+    when nothing is held."""
     if reply is None:
         return None
     fields = _pairs(reply)
@@ -139,8 +141,20 @@ def parse_info(reply: Any) -> dict[str, Any] | None:
                 "token": int(holding.get("token", 0)),
             }
         )
+    queue = []
+    for entry in fields.get("queue") or []:
+        waiter = _pairs(entry)
+        queued: dict[str, Any] = {
+            "owner": text(waiter.get("owner")),
+            "mode": text(waiter.get("mode")),
+            "waited": int(waiter.get("waited", 0)) / 1000,
+        }
+        if waiter.get("limit") is not None:
+            queued["limit"] = int(waiter["limit"])
+        queue.append(queued)
     return {
         "mode": text(fields.get("mode")),
         "waiters": int(fields.get("waiters", 0)),
         "holders": holders,
+        "queue": queue,
     }
