@@ -7,17 +7,19 @@
 //! the same one (the master's stream and AOF loading never see a key as expired).
 //! That spares a grant-sized propagation per release.
 //!
-//! Keyspace-event subscribers get one event per write, named after that effect, so a
-//! master and its replicas (which run the effect) send the same events:
-//! `lock.acquire` (class `d`) for a grant, `expire` (class `g`) for a new expiry of a
-//! held lock, `del` (class `g`) for a release. Redis itself sends `expired`, `evicted`
-//! and `del` when a lock leaves in its other ways.
+//! Keyspace-event subscribers get the events of each write, named after its effect, so
+//! a master and its replicas (which run the effect) send the same events:
+//! `lock.acquire` (class `d`) for a grant; `expire` (class `g`) and `lock.refresh`
+//! (`d`) for a new expiry of a holding; `lock.release` (`d`) for a release by its
+//! holder, after `del` (`g`) when it was the last holding; `lock.expired` (`d`) for a
+//! shared holding that lapsed while others remain. Redis itself sends `expired`,
+//! `evicted` and `del` when a lock leaves in its other ways.
 
 use std::ffi::CStr;
 
 use crate::ffi::{Arg, Ctx, EventClass};
+use redis_lock_core::holdings::Kind;
 use redis_lock_core::store::Lapsed;
-use redis_lock_core::Mode;
 
 /// The command that re-creates a lock from its effect (replication, AOF).
 pub const APPLY_COMMAND: &CStr = c"LOCK.APPLY";
@@ -25,8 +27,8 @@ pub const APPLY_COMMAND: &CStr = c"LOCK.APPLY";
 /// The event of a grant, on the master and wherever LOCK.APPLY runs.
 const GRANT_EVENT: &std::ffi::CStr = c"lock.acquire";
 
-/// A fresh grant: `LOCK.APPLY key owner token PXAT expires_at [SHARED]`.
-pub fn grant(ctx: Ctx, key: Arg<'_>, owner: Arg<'_>, token: i64, expires_at: i64, mode: Mode) {
+/// A fresh grant: `LOCK.APPLY key owner token PXAT expires_at [SHARED [LIMIT n]]`.
+pub fn grant(ctx: Ctx, key: Arg<'_>, owner: Arg<'_>, token: i64, expires_at: i64, kind: Kind) {
     let head = [
         key,
         owner,
@@ -34,14 +36,24 @@ pub fn grant(ctx: Ctx, key: Arg<'_>, owner: Arg<'_>, token: i64, expires_at: i64
         Arg::Bytes(b"PXAT"),
         Arg::Int(expires_at),
     ];
-    match mode {
-        Mode::Exclusive => ctx.replicate(APPLY_COMMAND, &head),
-        Mode::Shared => {
-            let [k, o, t, p, at] = head;
-            ctx.replicate(APPLY_COMMAND, &[k, o, t, p, at, Arg::Bytes(b"SHARED")]);
-        }
+    match kind {
+        Kind::Exclusive => ctx.replicate(APPLY_COMMAND, &head),
+        Kind::Shared { limit } => replicate_shared(ctx, head, limit),
     }
     ctx.notify(EventClass::Module, GRANT_EVENT, key);
+}
+
+/// `LOCK.APPLY key owner token PXAT at SHARED [LIMIT n]`.
+fn replicate_shared(ctx: Ctx, [k, o, t, p, at]: [Arg<'_>; 5], limit: Option<u32>) {
+    let shared = Arg::Bytes(b"SHARED");
+    match limit {
+        None => ctx.replicate(APPLY_COMMAND, &[k, o, t, p, at, shared]),
+        Some(n) => {
+            let limit = [Arg::Bytes(b"LIMIT"), Arg::Int(i64::from(n))];
+            let [l, n] = limit;
+            ctx.replicate(APPLY_COMMAND, &[k, o, t, p, at, shared, l, n]);
+        }
+    }
 }
 
 /// What a replayed LOCK.APPLY did, for the event it sends (the one the master sent).
@@ -60,7 +72,7 @@ pub fn applied(ctx: Ctx, key: Arg<'_>, what: Applied) {
     ctx.replicate_verbatim();
     match what {
         Applied::Granted => ctx.notify(EventClass::Module, GRANT_EVENT, key),
-        Applied::Moved => ctx.notify(EventClass::Generic, c"expire", key),
+        Applied::Moved => refreshed(ctx, key),
         Applied::Lapsed(count) => {
             for _ in 0..count {
                 ctx.notify(EventClass::Module, LAPSE_EVENT, key);
@@ -69,10 +81,12 @@ pub fn applied(ctx: Ctx, key: Arg<'_>, what: Applied) {
     }
 }
 
-/// A new expiry of a holding (a refresh by its holder, EXTEND): for an exclusive
-/// lock, the key's (`PEXPIREAT`); for a shared holding, the holding again, with its
-/// token and new expiry (`LOCK.APPLY … SHARED`, after which the key expires with its
-/// last holding).
+/// A new expiry of a holding (a refresh by its holder, EXTEND): the holding again,
+/// with its token and new expiry (`LOCK.APPLY key owner token PXAT at`, plus
+/// `SHARED [LIMIT n]` for a shared holding, after which the key expires with its
+/// last holding). Not `PEXPIREAT`, which would be cheaper for an exclusive lock: a
+/// replica could not tell it from any expiry, and would send `expire` without the
+/// `lock.refresh` its master sent.
 pub fn expiry(
     ctx: Ctx,
     key: Arg<'_>,
@@ -80,34 +94,53 @@ pub fn expiry(
     token: i64,
     expires_at: i64,
     key_expires_at: i64,
-    mode: Mode,
+    kind: Kind,
 ) {
-    match mode {
-        Mode::Exclusive => ctx.replicate(c"PEXPIREAT", &[key, Arg::Int(key_expires_at)]),
-        Mode::Shared => ctx.replicate(
-            APPLY_COMMAND,
-            &[
-                key,
-                owner,
-                Arg::Int(token),
-                Arg::Bytes(b"PXAT"),
-                Arg::Int(expires_at),
-                Arg::Bytes(b"SHARED"),
-            ],
-        ),
+    let at = match kind {
+        Kind::Exclusive => key_expires_at,
+        Kind::Shared { .. } => expires_at,
+    };
+    let head = [
+        key,
+        owner,
+        Arg::Int(token),
+        Arg::Bytes(b"PXAT"),
+        Arg::Int(at),
+    ];
+    match kind {
+        Kind::Exclusive => ctx.replicate(APPLY_COMMAND, &head),
+        Kind::Shared { limit } => replicate_shared(ctx, head, limit),
     }
-    ctx.notify(EventClass::Generic, c"expire", key);
+    refreshed(ctx, key);
 }
+
+/// The events of a holding's new expiry: Redis's own `expire`, and the module's
+/// `lock.refresh`.
+fn refreshed(ctx: Ctx, key: Arg<'_>) {
+    ctx.notify(EventClass::Generic, c"expire", key);
+    ctx.notify(EventClass::Module, REFRESH_EVENT, key);
+}
+
+/// The module's event of a holding's new expiry (a refresh, EXTEND).
+const REFRESH_EVENT: &CStr = c"lock.refresh";
+
+/// The module's event of a release by the holder.
+const RELEASE_EVENT: &CStr = c"lock.release";
 
 /// A release by its holder, by the command that made it (see above). `key_gone`:
 /// it was the last holding.
 pub fn release_as_called(ctx: Ctx, key: Arg<'_>, key_gone: bool) {
     ctx.replicate_verbatim();
+    released(ctx, key, key_gone);
+}
+
+/// The events of a release by the holder: the module's `lock.release`, after Redis's
+/// own `del` when it was the last holding (the key is gone).
+fn released(ctx: Ctx, key: Arg<'_>, key_gone: bool) {
     if key_gone {
         ctx.notify(EventClass::Generic, c"del", key);
-    } else {
-        ctx.notify(EventClass::Module, c"lock.release", key);
     }
+    ctx.notify(EventClass::Module, RELEASE_EVENT, key);
 }
 
 /// The event of a shared holding that lapsed and was removed, others remaining.
@@ -156,9 +189,5 @@ pub fn release(ctx: Ctx, key: Arg<'_>) {
 /// A grant taken back from one of a key's shared holders: `LOCK.RELEASE key owner`.
 pub fn release_holding(ctx: Ctx, key: Arg<'_>, owner: Arg<'_>, key_gone: bool) {
     ctx.replicate(c"LOCK.RELEASE", &[key, owner]);
-    if key_gone {
-        ctx.notify(EventClass::Generic, c"del", key);
-    } else {
-        ctx.notify(EventClass::Module, c"lock.release", key);
-    }
+    released(ctx, key, key_gone);
 }

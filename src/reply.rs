@@ -55,6 +55,8 @@ pub struct HolderInfo {
     /// Milliseconds left, -1 when the key has no expiry.
     pub ttl: i64,
     pub token: i64,
+    /// The `LIMIT` it was granted with, if any.
+    pub limit: Option<u32>,
 }
 
 pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
@@ -80,14 +82,19 @@ impl Reply {
 }
 
 impl HolderInfo {
+    /// A map of `owner`, `ttl`, `token`, and `limit` for a holding granted with one.
     fn send(&self, ctx: Ctx) {
-        ctx.reply_map(3);
+        ctx.reply_map(if self.limit.is_some() { 4 } else { 3 });
         ctx.reply_bulk(b"owner");
         ctx.reply_bulk(&self.owner);
         ctx.reply_bulk(b"ttl");
         ctx.reply_integer(self.ttl);
         ctx.reply_bulk(b"token");
         ctx.reply_integer(self.token);
+        if let Some(limit) = self.limit {
+            ctx.reply_bulk(b"limit");
+            ctx.reply_integer(i64::from(limit));
+        }
     }
 }
 

@@ -80,17 +80,18 @@ LOCK.ACQUIRE report worker-2 0
     );
     assert_eq!(lines[17], "       2) \"worker-1\"");
     assert_eq!(lines[21], format!("       6) (integer) {token}"));
-    assert_eq!(lines[22..25], ["(integer) 0", "(integer) 1", "(nil)"]);
-    let next: i64 = lines[25]
+    assert_eq!(lines[22..24], ["13) \"queue\"", "14) (empty array)"]);
+    assert_eq!(lines[24..27], ["(integer) 0", "(integer) 1", "(nil)"]);
+    let next: i64 = lines[27]
         .strip_prefix("(integer) ")
         .and_then(|t| t.parse().ok())
         .unwrap();
     assert!(next > token);
     assert!(
-        lines[26].starts_with("(error) ERR invalid ttl"),
+        lines[28].starts_with("(error) ERR invalid ttl"),
         "{lines:#?}"
     );
-    assert_eq!(lines.len(), 27, "{lines:#?}");
+    assert_eq!(lines.len(), 29, "{lines:#?}");
 }
 
 #[test]

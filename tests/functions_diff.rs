@@ -89,11 +89,11 @@ fn error_text(error: &redis::RedisError) -> String {
     )
 }
 
-/// An INFO as compared: mode, holders oldest first (owner, ttl, token), waiters, the
-/// first waiters (owner, mode, limit).
+/// An INFO as compared: mode, holders oldest first (owner, ttl, token, limit),
+/// waiters, the first waiters (owner, mode, limit).
 type View = (
     String,
-    Vec<(Vec<u8>, i64, i64)>,
+    Vec<(Vec<u8>, i64, i64, Option<i64>)>,
     i64,
     Vec<(Vec<u8>, String, Option<i64>)>,
 );
@@ -103,7 +103,7 @@ fn view(info: Option<LockInfo>) -> Option<View> {
         let holders = i
             .holders
             .into_iter()
-            .map(|h| (h.owner, h.ttl, h.token))
+            .map(|h| (h.owner, h.ttl, h.token, h.limit))
             .collect();
         let queue = i
             .queue
@@ -294,6 +294,7 @@ impl Diff {
                         && mh.len() == lh.len()
                         && mh.iter().zip(lh).all(|(a, b)| {
                             a.0 == b.0
+                                && a.3 == b.3
                                 && (a.1 - b.1).abs() <= GRANT_SKEW_MS
                                 && self.order.consistent(key, a.2, b.2)
                         })

@@ -330,16 +330,50 @@ fn extend_and_release_act_on_one_holding_and_the_key_lives_with_the_last() {
 }
 
 /// Holdings as `(owner, token)`, and the key's absolute expiry, on a server.
-fn holdings_of(con: &mut Connection, key: &str) -> (Vec<(Vec<u8>, i64)>, i64) {
+/// The holdings (owner, token, limit) of `key`, and the key's expiry.
+type Holdings = (Vec<(Vec<u8>, i64, Option<i64>)>, i64);
+
+fn holdings_of(con: &mut Connection, key: &str) -> Holdings {
     let info = lock_info(con, key).expect("held");
     let at: i64 = query(con, &["PEXPIRETIME", key]).unwrap();
     (
         info.holders
             .into_iter()
-            .map(|h| (h.owner, h.token))
+            .map(|h| (h.owner, h.token, h.limit))
             .collect(),
         at,
     )
+}
+
+#[test]
+fn info_shows_the_limit_each_holding_holds_with() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire_with(&mut con, "sem", "a", 60_000, &["LIMIT", "3"])
+        .unwrap()
+        .unwrap();
+    acquire_with(&mut con, "sem", "b", 60_000, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    acquire_with(&mut con, "solo", "x", 60_000, &[])
+        .unwrap()
+        .unwrap();
+    let limits = |con: &mut Connection, key: &str| -> Vec<Option<i64>> {
+        let info = lock_info(con, key).unwrap();
+        info.holders.iter().map(|h| h.limit).collect()
+    };
+    assert_eq!(limits(&mut con, "sem"), [Some(3), None]);
+    assert_eq!(limits(&mut con, "solo"), [None]);
+    // A refresh holds with the limit it asks; an extend keeps it.
+    acquire_with(&mut con, "sem", "a", 60_000, &["LIMIT", "5"])
+        .unwrap()
+        .unwrap();
+    assert_eq!(extend(&mut con, "sem", "a", 30_000), 1);
+    assert_eq!(limits(&mut con, "sem"), [Some(5), None]);
+    acquire_with(&mut con, "sem", "a", 60_000, &["SHARED"])
+        .unwrap()
+        .unwrap();
+    assert_eq!(limits(&mut con, "sem"), [None, None]);
 }
 
 #[test]
@@ -366,6 +400,11 @@ fn a_replica_and_an_aof_restart_hold_the_same_shared_holdings_and_lapses() {
     assert_eq!(owners(&mut m, "doc"), ["keeper", "third"]);
     let _: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut m).unwrap();
     let on_master = holdings_of(&mut m, "doc");
+    assert_eq!(
+        on_master.0[1].2,
+        Some(5),
+        "the limit travels with the holding"
+    );
     assert_eq!(holdings_of(&mut r, "doc"), on_master);
     let digest = |con: &mut Connection| -> String {
         query(con, &["DEBUG", "DIGEST-VALUE", "doc"])
@@ -390,10 +429,11 @@ fn shared_holdings_survive_dump_restore_and_debug_reload() {
     acquire_with(&mut con, "doc", "a", 60_000, &["SHARED"])
         .unwrap()
         .unwrap();
-    acquire_with(&mut con, "doc", "b", 50_000, &["SHARED"])
+    acquire_with(&mut con, "doc", "b", 50_000, &["LIMIT", "4"])
         .unwrap()
         .unwrap();
     let before = holdings_of(&mut con, "doc");
+    assert_eq!(before.0[1].2, Some(4));
     let payload: Vec<u8> = query(&mut con, &["DUMP", "doc"]).unwrap();
     let _: () = redis::cmd("RESTORE")
         .arg("copy")
@@ -402,8 +442,7 @@ fn shared_holdings_survive_dump_restore_and_debug_reload() {
         .arg("ABSTTL")
         .query(&mut con)
         .unwrap_or_else(|e: redis::RedisError| panic!("{e}"));
-    let copy = lock_info(&mut con, "copy").unwrap();
-    assert_eq!(copy.holders.len(), 2);
+    assert_eq!(holdings_of(&mut con, "copy").0, before.0);
     let _: Value = query(&mut con, &["DEBUG", "RELOAD"]).unwrap();
     assert_eq!(holdings_of(&mut con, "doc"), before);
 }

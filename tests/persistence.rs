@@ -136,6 +136,11 @@ fn an_aof_rewrite_without_rdb_preamble_keeps_locks_and_expiries() {
     raise_high_water(&mut con);
     let token = acquire(&mut con, "k", "a", 60_000).unwrap();
     let at = expire_time(&mut con, "k");
+    let permit: i64 = query(
+        &mut con,
+        &["LOCK.ACQUIRE", "sem", "p", "60000", "LIMIT", "3"],
+    )
+    .unwrap();
     let _: String = query(&mut con, &["BGREWRITEAOF"]).unwrap();
     wait_until(std::time::Duration::from_secs(20), || {
         info_field(&mut con, "persistence", "aof_rewrite_in_progress").as_deref() == Some("0")
@@ -144,6 +149,12 @@ fn an_aof_rewrite_without_rdb_preamble_keeps_locks_and_expiries() {
     server.kill();
     server.restart();
     let mut con = server.connection();
+    let sem = lock_info(&mut con, "sem").unwrap();
+    assert_eq!(
+        (sem.holders[0].token, sem.holders[0].limit),
+        (permit, Some(3)),
+        "a permit keeps its limit"
+    );
     assert_kept_and_next_is_greater(&mut con, token, at);
 }
 
@@ -191,11 +202,13 @@ fn a_corrupt_restore_payload_is_refused_and_the_server_stays_up() {
     acquire(&mut con, "k", "owner-1", 60_000).unwrap();
     let payload: Vec<u8> = query(&mut con, &["DUMP", "k"]).unwrap();
     let value = &payload[..payload.len() - 10];
-    // Encoding version 2 ends with the token (an opcode, then 0x81 and 8 bytes:
+    // Encoding version 3 ends with the token (an opcode, then 0x81 and 8 bytes:
     // tokens are above 2^32), the expiry (an opcode and 0: an exclusive holding's
-    // expiry is the key's) and the module data's end opcode (0). Mode and count are
-    // the two integers after the module id.
-    let token_at = value.len() - 13;
+    // expiry is the key's), the limit (an opcode and 0: none) and the module data's
+    // end opcode (0). Mode and count are the two integers after the module id.
+    let token_at = value.len() - 15;
+    let limit_at = value.len() - 3;
+    assert_eq!(value[limit_at..], [2, 0, 0], "{value:?}");
     assert_eq!(value[token_at + 1], 0x81, "{value:?}");
     let resealed: Vec<u8> = sealed(value, &payload);
     assert_eq!(resealed, payload, "the test seals payloads as Redis does");
@@ -215,7 +228,12 @@ fn a_corrupt_restore_payload_is_refused_and_the_server_stays_up() {
         &value[14..],
     ]
     .concat();
+    // A limit on an exclusive holding; a limit above 2^31.
+    let limited = [&value[..limit_at], &[2, 3, 0][..]].concat();
+    let huge_limit = [&value[..limit_at], &[2, 0x80, 0x80, 0, 0, 1, 0][..]].concat();
     let corrupt = [
+        ("a limit on an exclusive holding", limited),
+        ("a limit above 2^31", huge_limit),
         ("an unknown mode", unknown_mode),
         ("no holding", no_holding),
         ("2^40 holdings", huge_count),
@@ -258,6 +276,41 @@ fn fixture(path: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/v1")
         .join(path)
+}
+
+#[test]
+fn an_rdb_of_the_second_format_loads_its_shared_holdings_without_limits() {
+    let rdb =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v2/rdb/dump.rdb");
+    let server = Server::with(Config::default().preload(rdb));
+    let mut con = server.connection();
+    let held = lock_info(&mut con, "fixture:held").expect("the lock loaded");
+    assert_eq!(held.owner, b"owner-a");
+    assert_eq!(expire_time(&mut con, "fixture:held"), 4_102_444_800_000);
+    for (key, owners) in [
+        ("fixture:permits", &["p1", "p2"][..]),
+        ("fixture:readers", &["r1"][..]),
+    ] {
+        let info = lock_info(&mut con, key).expect("the lock loaded");
+        assert_eq!(info.mode, "shared");
+        let loaded: Vec<_> = info
+            .holders
+            .iter()
+            .map(|h| (h.owner.as_slice(), h.limit))
+            .collect();
+        let expected: Vec<_> = owners.iter().map(|o| (o.as_bytes(), None)).collect();
+        assert_eq!(loaded, expected, "{key}: version 2 kept no limit");
+    }
+    // Saved again, it loads in the current format.
+    let _: () = query(&mut con, &["DEBUG", "RELOAD"]).unwrap();
+    assert_eq!(
+        lock_info(&mut con, "fixture:permits")
+            .unwrap()
+            .holders
+            .len(),
+        2
+    );
+    assert_eq!(release(&mut con, "fixture:permits", "p1"), 1);
 }
 
 #[test]

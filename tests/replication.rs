@@ -209,11 +209,16 @@ fn master_and_replica_send_the_same_keyspace_events() {
     let expected = [
         "lock.acquire", // grant
         "expire",       // refresh by the holder
-        "expire",       // extend
-        "del",          // release
+        "lock.refresh",
+        "expire", // extend
+        "lock.refresh",
+        "del", // release
+        "lock.release",
         "lock.acquire", // hand-off to the waiter
         "expire",       // the waiter's extend
-        "del",          // the waiter's release
+        "lock.refresh",
+        "del", // the waiter's release
+        "lock.release",
     ];
     assert_eq!(events(&mut m_events, expected.len()), expected, "master");
     assert_eq!(events(&mut r_events, expected.len()), expected, "replica");
@@ -245,10 +250,12 @@ fn shared_holdings_send_the_same_keyspace_events_on_master_and_replica() {
         "lock.acquire",
         "lock.acquire",
         "expire",
+        "lock.refresh",
         "lock.expired",
         "lock.acquire",
         "lock.release",
         "del",
+        "lock.release",
     ];
     assert_eq!(events(&mut m_events, expected.len()), expected, "master");
     assert_eq!(events(&mut r_events, expected.len()), expected, "replica");

@@ -265,6 +265,8 @@ pub struct Holder {
     pub ttl: Option<Duration>,
     /// Its fencing token.
     pub token: i64,
+    /// The `LIMIT` a shared holding was granted with (a semaphore's permits).
+    pub limit: Option<u32>,
 }
 
 /// What `LOCK.INFO` says about a held lock.
@@ -326,6 +328,7 @@ pub(crate) fn parse_info(value: Value) -> Result<Option<LockInfo>> {
         owner: Owner::default(),
         ttl: None,
         token: 0,
+        limit: None,
     };
     let mut listed = false;
     let mut queue = Vec::new();
@@ -365,6 +368,7 @@ pub(crate) fn parse_info(value: Value) -> Result<Option<LockInfo>> {
         owner: Owner::default(),
         ttl: None,
         token: 0,
+        limit: None,
     });
     Ok(Some(LockInfo {
         owner: first.owner,
@@ -412,6 +416,7 @@ fn parse_holder(value: Value) -> Result<Holder> {
         owner: Owner::default(),
         ttl: None,
         token: 0,
+        limit: None,
     };
     for (name, value) in pairs(value)?.unwrap_or_default() {
         holder_field(&mut holder, &field_name(name)?, value)?;
@@ -430,6 +435,7 @@ fn holder_field(holder: &mut Holder, name: &str, value: Value) -> Result<()> {
             holder.ttl = u64::try_from(ms).ok().map(Duration::from_millis);
         }
         "token" => holder.token = redis::from_redis_value(value).map_err(unexpected)?,
+        "limit" => holder.limit = Some(redis::from_redis_value(value).map_err(unexpected)?),
         _ => {} // fields a newer server adds
     }
     Ok(())
@@ -502,6 +508,7 @@ mod tests {
             owner: "me".into(),
             ttl: Some(Duration::from_millis(1500)),
             token: 42,
+            limit: None,
         };
         let expected = LockInfo {
             owner: "me".into(),

@@ -55,6 +55,8 @@ pub struct ApplyArgs<'a> {
     pub lapsed: bool,
     /// The server's token mark, from a pure-AOF rewrite.
     pub mark: Option<i64>,
+    /// `LIMIT n`: the shared holding was granted with that limit.
+    pub limit: Option<u32>,
 }
 
 /// The largest TTL or WAIT timeout accepted, in ms (about 146 million years): far
@@ -315,6 +317,7 @@ pub fn parse_apply<'a>(args: &[&'a [u8]]) -> Result<ApplyArgs<'a>, ArgError> {
         shared: false,
         lapsed: false,
         mark: None,
+        limit: None,
     };
     let mut rest = options;
     while let [name, tail @ ..] = rest {
@@ -330,6 +333,21 @@ pub fn parse_apply<'a>(args: &[&'a [u8]]) -> Result<ApplyArgs<'a>, ArgError> {
                 return Err(ArgError::RepeatedOption(option));
             }
             *set = true;
+            rest = tail;
+            continue;
+        }
+        if name.eq_ignore_ascii_case(b"LIMIT") {
+            let [value, tail @ ..] = tail else {
+                return Err(ArgError::MissingValue("LIMIT"));
+            };
+            if request.limit.is_some() {
+                return Err(ArgError::RepeatedOption("LIMIT"));
+            }
+            let n = parse_positive(value)
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|n| *n <= MAX_LIMIT)
+                .ok_or(ArgError::BadLimit)?;
+            request.limit = Some(n);
             rest = tail;
             continue;
         }
@@ -353,6 +371,10 @@ pub fn parse_apply<'a>(args: &[&'a [u8]]) -> Result<ApplyArgs<'a>, ArgError> {
         };
         *slot = Some(parse_positive(value).ok_or(bad)?);
         rest = tail;
+    }
+    if request.limit.is_some() && !request.shared {
+        // Only a shared holding has a limit.
+        return Err(ArgError::MissingValue("SHARED"));
     }
     if request.shared && !request.lapsed && request.expires_at.is_none() {
         // A shared holding has its own expiry; it cannot be replayed without it.
@@ -607,6 +629,32 @@ mod tests {
     }
 
     #[test]
+    fn apply_reads_a_shared_holding_s_limit() {
+        let apply = |args: &[&[u8]]| parse_apply(args).map(|a| a.limit);
+        assert_eq!(
+            apply(&[b"me", b"1", b"PXAT", b"5", b"SHARED", b"LIMIT", b"3"]),
+            Ok(Some(3))
+        );
+        assert_eq!(apply(&[b"me", b"1", b"PXAT", b"5", b"SHARED"]), Ok(None));
+        assert_eq!(
+            apply(&[b"me", b"1", b"PXAT", b"5", b"LIMIT", b"3"]),
+            Err(ArgError::MissingValue("SHARED"))
+        );
+        assert_eq!(
+            apply(&[b"me", b"1", b"PXAT", b"5", b"SHARED", b"LIMIT", b"0"]),
+            Err(ArgError::BadLimit)
+        );
+        assert_eq!(
+            apply(&[b"me", b"1", b"PXAT", b"5", b"SHARED", b"LIMIT"]),
+            Err(ArgError::MissingValue("LIMIT"))
+        );
+        assert_eq!(
+            apply(&[b"me", b"1", b"PXAT", b"5", b"SHARED", b"LIMIT", b"2", b"LIMIT", b"2"]),
+            Err(ArgError::RepeatedOption("LIMIT"))
+        );
+    }
+
+    #[test]
     fn apply_reads_token_and_absolute_expiry() {
         assert_eq!(
             parse_apply(&[b"me", b"42", b"pxat", b"1700000000000"]),
@@ -617,6 +665,7 @@ mod tests {
                 shared: false,
                 lapsed: false,
                 mark: None,
+                limit: None,
             })
         );
         assert_eq!(

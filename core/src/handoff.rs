@@ -290,7 +290,7 @@ mod tests {
     #[test]
     fn a_queued_writer_waits_for_the_readers_and_readers_behind_it_wait_for_it() {
         let mint = TokenMint::new();
-        let readers = Lock::shared(b"r0", 1, NOW + 5000);
+        let readers = Lock::shared(b"r0", 1, NOW + 5000, None);
         let mut queues = queue(&[(1, "w", W), (2, "r1", R)]);
         let step = plan_hand_off(&mut queues, 0, b"k", Some(&readers), None, NOW, &mint);
         assert!(step.grants.is_empty() && step.answers.is_empty());
@@ -312,7 +312,7 @@ mod tests {
     fn a_limit_grants_as_many_as_there_are_free_permits() {
         let mint = TokenMint::new();
         let three = Kind::Shared { limit: Some(3) };
-        let held = Lock::shared(b"p0", 1, NOW + 5000);
+        let held = Lock::shared(b"p0", 1, NOW + 5000, None);
         let mut queues = queue(&[(1, "p1", three), (2, "p2", three), (3, "p3", three)]);
         let step = plan_hand_off(&mut queues, 0, b"k", Some(&held), None, NOW, &mint);
         assert_eq!(granted(&step), [[1], [2]]);
@@ -354,7 +354,7 @@ mod tests {
     #[test]
     fn a_waiter_of_an_owner_holding_the_other_mode_gets_the_mode_error() {
         let mint = TokenMint::new();
-        let held = Lock::shared(b"a", 7, NOW + 5000);
+        let held = Lock::shared(b"a", 7, NOW + 5000, None);
         let mut queues = queue(&[(1, "a", W), (2, "b", R)]);
         let step = plan_hand_off(&mut queues, 0, b"k", Some(&held), None, NOW, &mint);
         assert_eq!(
@@ -373,7 +373,7 @@ mod tests {
     #[test]
     fn a_waiter_whose_owner_holds_it_already_refreshes_its_holding() {
         let mint = TokenMint::new();
-        let held = Lock::shared(b"a", 7, NOW + 10);
+        let held = Lock::shared(b"a", 7, NOW + 10, None);
         let mut queues = queue(&[(1, "a", R)]);
         let step = plan_hand_off(&mut queues, 0, b"k", Some(&held), None, NOW, &mint);
         let grant = &step.grants[0];

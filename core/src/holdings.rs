@@ -69,6 +69,8 @@ pub struct Holder<'a> {
     pub token: i64,
     /// Absolute expiry, Unix ms; `None` when the key has no expiry (set by hand).
     pub expires_at: Option<i64>,
+    /// The `LIMIT` a shared holding was granted with, if any.
+    pub limit: Option<u32>,
 }
 
 /// True while a holding expiring at `expires_at` still holds at `now_ms`. As Redis
@@ -86,13 +88,14 @@ impl Lock {
         }
     }
 
-    /// A lock of one shared holding.
-    pub fn shared(owner: &[u8], token: i64, expires_at: i64) -> Self {
+    /// A lock of one shared holding, granted with `limit` if it gave one.
+    pub fn shared(owner: &[u8], token: i64, expires_at: i64, limit: Option<u32>) -> Self {
         let mut holdings = SharedHoldings::new();
         holdings.push(SharedHolding {
             token,
             expires_at,
             owner: Owner::new(owner),
+            limit,
         });
         Lock::Shared(Box::new(holdings))
     }
@@ -114,6 +117,7 @@ impl Lock {
                     owner: owner.as_bytes(),
                     token: *token,
                     expires_at: key_expires_at,
+                    limit: None,
                 }),
                 None,
             ),
@@ -125,6 +129,7 @@ impl Lock {
                 owner: h.owner.as_bytes(),
                 token: h.token,
                 expires_at: Some(h.expires_at),
+                limit: h.limit,
             }))
     }
 
@@ -236,13 +241,14 @@ impl Lock {
         }
     }
 
-    /// Adds a shared holding (the lock is shared).
-    pub fn add_shared(&mut self, owner: &[u8], token: i64, expires_at: i64) {
+    /// Adds a shared holding (the lock is shared), granted with `limit` if any.
+    pub fn add_shared(&mut self, owner: &[u8], token: i64, expires_at: i64, limit: Option<u32>) {
         if let Lock::Shared(holdings) = self {
             holdings.push(SharedHolding {
                 token,
                 expires_at,
                 owner: Owner::new(owner),
+                limit,
             });
         }
     }
@@ -316,7 +322,8 @@ mod tests {
             [Holder {
                 owner: b"a",
                 token: 7,
-                expires_at: Some(500)
+                expires_at: Some(500),
+                limit: None,
             }]
         );
         assert_eq!(lock.next_lapse(), None);
@@ -329,9 +336,9 @@ mod tests {
 
     #[test]
     fn the_key_of_shared_holdings_expires_with_the_last_of_them() {
-        let mut lock = Lock::shared(b"a", 1, 300);
-        lock.add_shared(b"b", 2, 100);
-        lock.add_shared(b"c", 3, 200);
+        let mut lock = Lock::shared(b"a", 1, 300, None);
+        lock.add_shared(b"b", 2, 100, None);
+        lock.add_shared(b"c", 3, 200, None);
         assert_eq!(lock.key_expiry(None), Some(300));
         assert_eq!(lock.next_lapse(), Some(100));
         assert_eq!(lock.live_holders(Some(300), 150).count(), 2);

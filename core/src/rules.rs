@@ -216,7 +216,8 @@ pub fn plan_release(
 /// `key_expires_at`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExtendPlan {
-    pub mode: Mode,
+    /// The holding's mode, and the limit it holds with (an extend keeps it).
+    pub kind: Kind,
     /// The holding's token (it does not change).
     pub token: i64,
     pub expires_at: i64,
@@ -236,13 +237,15 @@ pub fn plan_extend(
     };
     let mode = lock.mode();
     let live = match lock {
-        Lock::Exclusive { owner: o, token } => (o.as_bytes() == owner).then_some(*token),
+        Lock::Exclusive { owner: o, token } => {
+            (o.as_bytes() == owner).then_some((*token, Kind::Exclusive))
+        }
         Lock::Shared(holdings) => holdings
             .get(owner)
             .filter(|h| holds_at(h.expires_at, now_ms))
-            .map(|h| h.token),
+            .map(|h| (h.token, Kind::Shared { limit: h.limit })),
     };
-    let Some(token) = live else {
+    let Some((token, kind)) = live else {
         return Ok(None);
     };
     let at = expires_at(now_ms, ttl_ms)?;
@@ -251,7 +254,7 @@ pub fn plan_extend(
         Mode::Shared => shared_key_expiry(current, owner, at, now_ms),
     };
     Ok(Some(ExtendPlan {
-        mode,
+        kind,
         token,
         expires_at: at,
         key_expires_at,
@@ -335,7 +338,7 @@ mod tests {
     #[test]
     fn readers_share_and_a_writer_waits_for_all_of_them() {
         let mint = TokenMint::new();
-        let mut lock = Lock::shared(b"r1", 1, NOW + 100);
+        let mut lock = Lock::shared(b"r1", 1, NOW + 100, None);
         let AcquirePlan::Grant {
             token,
             key_expires_at,
@@ -350,7 +353,7 @@ mod tests {
             NOW + 300,
             "the key lives with its last holding"
         );
-        lock.add_shared(b"r2", token, NOW + 300);
+        lock.add_shared(b"r2", token, NOW + 300, None);
         assert_eq!(
             plan(Some(&lock), exclusive(b"w", 100), &mint),
             AcquirePlan::Busy
@@ -385,8 +388,8 @@ mod tests {
     #[test]
     fn a_limit_counts_live_owners_and_belongs_to_the_request() {
         let mint = TokenMint::new();
-        let mut lock = Lock::shared(b"p1", 1, NOW + 100);
-        lock.add_shared(b"p2", 2, NOW + 10);
+        let mut lock = Lock::shared(b"p1", 1, NOW + 100, None);
+        lock.add_shared(b"p2", 2, NOW + 10, None);
         assert_eq!(
             plan(Some(&lock), shared(b"p3", 100, Some(2)), &mint),
             AcquirePlan::Busy
@@ -412,7 +415,7 @@ mod tests {
     #[test]
     fn a_newcomer_never_goes_ahead_of_the_queue() {
         let mint = TokenMint::new();
-        let lock = Lock::shared(b"r1", 1, NOW + 100);
+        let lock = Lock::shared(b"r1", 1, NOW + 100, None);
         for (current, request) in [
             (None, exclusive(b"n", 100)),
             (Some(&lock), shared(b"n", 100, None)),
@@ -427,7 +430,7 @@ mod tests {
     fn the_same_owner_in_the_other_mode_is_an_error_and_changes_nothing() {
         let mint = TokenMint::new();
         let held = Lock::exclusive(b"a", 7);
-        let read = Lock::shared(b"a", 7, NOW + 100);
+        let read = Lock::shared(b"a", 7, NOW + 100, None);
         assert_eq!(
             plan_acquire(
                 Some(&held),
@@ -463,8 +466,8 @@ mod tests {
     #[test]
     fn a_shared_refresh_moves_the_key_expiry_to_the_latest_holding() {
         let mint = TokenMint::new();
-        let mut lock = Lock::shared(b"a", 1, NOW + 500);
-        lock.add_shared(b"b", 2, NOW + 200);
+        let mut lock = Lock::shared(b"a", 1, NOW + 500, None);
+        lock.add_shared(b"b", 2, NOW + 200, None);
         assert_eq!(
             plan(Some(&lock), shared(b"a", 100, None), &mint),
             AcquirePlan::Refresh {
@@ -542,8 +545,8 @@ mod tests {
             ReleasePlan::NotHeld
         );
         assert_eq!(plan_release(None, b"a", || Some(NOW)), ReleasePlan::NotHeld);
-        let mut readers = Lock::shared(b"r1", 1, NOW + 100);
-        readers.add_shared(b"r2", 2, NOW + 300);
+        let mut readers = Lock::shared(b"r1", 1, NOW + 100, None);
+        readers.add_shared(b"r2", 2, NOW + 300, None);
         assert_eq!(
             plan_release(Some(&readers), b"r2", || Some(NOW)),
             ReleasePlan::RemoveHolding {
@@ -574,7 +577,7 @@ mod tests {
         assert_eq!(
             plan_extend(Some(&lock), b"a", 50, NOW),
             Ok(Some(ExtendPlan {
-                mode: Mode::Exclusive,
+                kind: Kind::Exclusive,
                 token: 1,
                 expires_at: NOW + 50,
                 key_expires_at: NOW + 50
@@ -582,12 +585,12 @@ mod tests {
         );
         assert_eq!(plan_extend(Some(&lock), b"b", 50, NOW), Ok(None));
         assert_eq!(plan_extend(None, b"a", 50, NOW), Ok(None));
-        let mut readers = Lock::shared(b"r1", 1, NOW + 100);
-        readers.add_shared(b"r2", 2, NOW + 300);
+        let mut readers = Lock::shared(b"r1", 1, NOW + 100, None);
+        readers.add_shared(b"r2", 2, NOW + 300, None);
         assert_eq!(
             plan_extend(Some(&readers), b"r1", 50, NOW),
             Ok(Some(ExtendPlan {
-                mode: Mode::Shared,
+                kind: Kind::Shared { limit: None },
                 token: 1,
                 expires_at: NOW + 50,
                 key_expires_at: NOW + 300

@@ -28,6 +28,8 @@ pub struct SharedHolding {
     /// Absolute expiry, Unix ms.
     pub expires_at: i64,
     pub owner: Owner,
+    /// The `LIMIT` it was granted with (a semaphore's permits), if any.
+    pub limit: Option<u32>,
 }
 
 /// The shared holdings of a lock, each owner's at most once.
@@ -115,6 +117,20 @@ impl SharedHoldings {
         }
         holding.token = token;
         true
+    }
+
+    /// Sets the limit `owner`'s holding was granted with; false when it has none.
+    pub fn set_limit(&mut self, owner: &[u8], limit: Option<u32>) -> bool {
+        let Some(&grant) = self.by_owner.get(owner) else {
+            return false;
+        };
+        match self.by_grant.get_mut(&grant) {
+            Some(holding) => {
+                holding.limit = limit;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Sets the expiry of `owner`'s holding; false when it has none.
@@ -223,6 +239,7 @@ mod tests {
             token,
             expires_at,
             owner: Owner::new(owner.as_bytes()),
+            limit: None,
         }
     }
 

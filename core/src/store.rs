@@ -164,35 +164,41 @@ fn add_holding(
     expires_at: i64,
     key_expires_at: i64,
 ) -> Result<(), StoreError> {
+    let limit = match kind {
+        Kind::Shared { limit } => limit,
+        Kind::Exclusive => None,
+    };
     match (store.lock_mut(), kind.mode()) {
         (Some(lock @ Lock::Shared(_)), Mode::Shared) => {
-            lock.add_shared(owner, token, expires_at);
+            lock.add_shared(owner, token, expires_at, limit);
             // Readers joining with one TTL mostly leave the key's expiry where it is:
             // a hand-off to N of them sets it once, not N times.
             return shared_key_expiry_at(store, key_expires_at);
         }
-        (_, Mode::Shared) => done(store.put(Lock::shared(owner, token, expires_at)))?,
+        (_, Mode::Shared) => done(store.put(Lock::shared(owner, token, expires_at, limit)))?,
         (_, Mode::Exclusive) => done(store.put(Lock::exclusive(owner, token)))?,
     }
     done(store.set_key_expiry(key_expires_at))
 }
 
-/// Moves the expiry of `owner`'s holding in `mode` to `expires_at`, and the key's.
+/// Moves the expiry of `owner`'s holding of `kind` to `expires_at`, and the key's. A
+/// shared holding takes the refresh's limit: it holds as last asked.
 fn move_expiry(
     store: &mut impl Store,
     owner: &[u8],
-    mode: Mode,
+    kind: Kind,
     expires_at: i64,
     key_expires_at: i64,
 ) -> Result<(), StoreError> {
-    match mode {
-        Mode::Shared => {
-            if let Some(lock) = store.lock_mut() {
-                lock.set_shared_expiry(owner, expires_at);
+    match kind {
+        Kind::Shared { limit } => {
+            if let Some(Lock::Shared(holdings)) = store.lock_mut() {
+                holdings.set_expiry(owner, expires_at);
+                holdings.set_limit(owner, limit);
             }
             shared_key_expiry_at(store, key_expires_at)
         }
-        Mode::Exclusive => done(store.set_key_expiry(key_expires_at)),
+        Kind::Exclusive => done(store.set_key_expiry(key_expires_at)),
     }
 }
 
@@ -248,7 +254,7 @@ pub fn acquire(
         } => move_expiry(
             store,
             request.owner,
-            request.kind.mode(),
+            request.kind,
             expires_at,
             key_expires_at,
         )?,
@@ -297,7 +303,7 @@ pub fn extend(
         move_expiry(
             store,
             owner,
-            extend.mode,
+            extend.kind,
             extend.expires_at,
             extend.key_expires_at,
         )?;
@@ -355,7 +361,7 @@ pub fn apply_hand_off<W>(
             move_expiry(
                 store,
                 &grant.owner,
-                grant.kind.mode(),
+                grant.kind,
                 grant.expires_at,
                 key_expires_at,
             )?;
@@ -443,6 +449,39 @@ mod tests {
     fn expiries(store: &MemoryStore) -> Vec<Option<i64>> {
         let lock = store.lock.as_ref().unwrap();
         lock.holders(None).map(|h| h.expires_at).collect()
+    }
+
+    #[test]
+    fn a_holding_keeps_its_grant_s_limit_takes_a_refresh_s_and_an_extend_keeps_it() {
+        let (mut store, mint) = (MemoryStore::default(), TokenMint::new());
+        let limits = |store: &MemoryStore| -> Vec<Option<u32>> {
+            let lock = store.lock.as_ref().unwrap();
+            lock.holders(None).map(|h| h.limit).collect()
+        };
+        take(
+            &mut store,
+            &mint,
+            b"p1",
+            1000,
+            Kind::Shared { limit: Some(3) },
+            0,
+        );
+        take(&mut store, &mint, b"p2", 1000, SHARED, 0);
+        assert_eq!(limits(&store), [Some(3), None]);
+        take(
+            &mut store,
+            &mint,
+            b"p1",
+            1000,
+            Kind::Shared { limit: Some(5) },
+            10,
+        );
+        assert_eq!(limits(&store), [Some(5), None]);
+        extend(&mut store, b"p1", 2000, 20).unwrap();
+        assert_eq!(limits(&store), [Some(5), None]);
+        let mut solo = MemoryStore::default();
+        take(&mut solo, &mint, b"x", 1000, Kind::Exclusive, 0);
+        assert_eq!(limits(&solo), [None]);
     }
 
     #[test]

@@ -80,7 +80,6 @@ pub fn acquire(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
         &MODULE.mint,
         limits.max_owner_len,
     )?;
-    let mode = request.kind.mode();
     match plan {
         AcquirePlan::Grant {
             token, expires_at, ..
@@ -88,7 +87,7 @@ pub fn acquire(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
             let lapse = next_lapse(&open);
             drop(open);
             let owner = args.string(2).map_or(Arg::Bytes(request.owner), Arg::Str);
-            propagate::grant(ctx, Arg::Str(key), owner, token, expires_at, mode);
+            propagate::grant(ctx, Arg::Str(key), owner, token, expires_at, request.kind);
             MODULE.stats.acquisitions.incr();
             watch_lapse(ctx, db, key_bytes, lapse);
             Ok(Reply::Integer(token))
@@ -100,7 +99,7 @@ pub fn acquire(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
         } => {
             let owner = args.string(2).map_or(Arg::Bytes(request.owner), Arg::Str);
             let moved = NewExpiry {
-                mode,
+                kind: request.kind,
                 expires_at,
                 key_expires_at,
             };

@@ -1,7 +1,8 @@
-//! `LOCK.APPLY key owner token [PXAT unix-ms] [SHARED] [LAPSED] [MARK n]`: the effect
-//! of a grant, as replicas and the AOF receive it. Exclusive, it stores the lock
-//! exactly as given, whatever was at the key; `SHARED`, it sets that owner's shared
-//! holding beside the key's others, and the key expires with the last of them;
+//! `LOCK.APPLY key owner token [PXAT unix-ms] [SHARED [LIMIT n]] [LAPSED] [MARK n]`:
+//! the effect of a grant, as replicas and the AOF receive it. Exclusive, it stores the
+//! lock exactly as given, whatever was at the key; `SHARED`, it sets that owner's
+//! shared holding (granted with `LIMIT n`, if given) beside the key's others, and the
+//! key expires with the last of them;
 //! `LAPSED`, it removes that owner's shared holding with that token, as the master
 //! did when its expiry passed. It raises the token mark, so it gives the same result
 //! wherever and whenever it runs.
@@ -49,6 +50,11 @@ pub const SPEC: Spec = Spec {
             ..Param::new(c"shared", ParamKind::PureToken)
         },
         Param {
+            token: Some(c"LIMIT"),
+            optional: true,
+            ..Param::new(c"limit", ParamKind::Integer)
+        },
+        Param {
             token: Some(c"LAPSED"),
             optional: true,
             ..Param::new(c"lapsed", ParamKind::PureToken)
@@ -85,10 +91,15 @@ pub fn apply(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
         }
         (false, true, Some(at)) => {
             let rewritten = request.mark.is_some();
-            set_shared(&mut open, request.owner, request.token, at, rewritten)?
+            let holding = (request.owner, request.token, at, request.limit);
+            set_shared(&mut open, holding, rewritten)?
         }
         _ => {
-            if !open.set_lock(Lock::exclusive(request.owner, request.token)) {
+            // The same holding again (owner and token): a refresh or extend, which
+            // moves the expiry only.
+            let same = matches!(open.lock(), Some(Lock::Exclusive { owner, token })
+                if owner.as_bytes() == request.owner && *token == request.token);
+            if !same && !open.set_lock(Lock::exclusive(request.owner, request.token)) {
                 return Err(StoreError.into());
             }
             if let Some(at) = request.expires_at {
@@ -96,7 +107,11 @@ pub fn apply(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
                     return Err(StoreError.into());
                 }
             }
-            Applied::Granted
+            if same {
+                Applied::Moved
+            } else {
+                Applied::Granted
+            }
         }
     };
     drop(open);
@@ -115,9 +130,7 @@ pub fn apply(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
 /// key had none): the key's expiry is then left alone.
 fn set_shared(
     open: &mut OpenKey,
-    owner: &[u8],
-    token: i64,
-    at: i64,
+    (owner, token, at, limit): (&[u8], i64, i64, Option<u32>),
     rewritten: bool,
 ) -> Result<Applied, StoreError> {
     if !rewritten {
@@ -127,6 +140,7 @@ fn set_shared(
         Some(Lock::Shared(holdings)) => match holdings.get(owner).map(|h| h.token) {
             Some(held) => {
                 holdings.set(owner, token, at);
+                holdings.set_limit(owner, limit);
                 let what = if held == token {
                     Applied::Moved
                 } else {
@@ -139,13 +153,14 @@ fn set_shared(
                     token,
                     expires_at: at,
                     owner: Owner::new(owner),
+                    limit,
                 });
                 (true, Applied::Granted)
             }
         },
         _ => (false, Applied::Granted),
     };
-    if !stored && !open.put(Lock::shared(owner, token, at)) {
+    if !stored && !open.put(Lock::shared(owner, token, at, limit)) {
         return Err(StoreError);
     }
     if rewritten {

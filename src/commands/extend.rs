@@ -40,7 +40,7 @@ pub fn extend(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
     };
     let owner = args.string(2).map_or(Arg::Bytes(request.owner), Arg::Str);
     let moved = NewExpiry {
-        mode: plan.mode,
+        kind: plan.kind,
         expires_at: plan.expires_at,
         key_expires_at: plan.key_expires_at,
     };

@@ -38,6 +38,7 @@ pub fn info(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
             owner: h.owner.into(),
             ttl: h.expires_at.map_or(-1, |at| at.saturating_sub(now).max(0)),
             token: h.token,
+            limit: h.limit,
         })
         .collect();
     if holders.is_empty() {

@@ -328,31 +328,53 @@ impl<'a> AofRewrite<'a> {
     pub fn emit_shared_holding(
         &self,
         command: &CStr,
-        owner: &[u8],
-        token: i64,
-        at: i64,
+        (owner, token, at, limit): (&[u8], i64, i64, Option<u32>),
         mark: i64,
     ) {
         // SAFETY: reading a function pointer that Redis filled in at load time.
         let Some(emit) = (unsafe { raw::RedisModule_EmitAOF }) else {
             return;
         };
-        // SAFETY: as in `emit_holding`.
+        let owner_ptr = owner.as_ptr().cast::<c_char>();
+        let (token, at, mark) = (
+            token as std::ffi::c_longlong,
+            at as std::ffi::c_longlong,
+            mark as std::ffi::c_longlong,
+        );
+        // SAFETY: as in `emit_holding`; each format letter matches one argument.
         unsafe {
-            emit(
-                self.io,
-                command.as_ptr(),
-                c"sblclccl".as_ptr(),
-                self.key.as_ptr(),
-                owner.as_ptr().cast::<c_char>(),
-                owner.len(),
-                token as std::ffi::c_longlong,
-                c"PXAT".as_ptr(),
-                at as std::ffi::c_longlong,
-                c"SHARED".as_ptr(),
-                c"MARK".as_ptr(),
-                mark as std::ffi::c_longlong,
-            )
+            match limit {
+                None => emit(
+                    self.io,
+                    command.as_ptr(),
+                    c"sblclccl".as_ptr(),
+                    self.key.as_ptr(),
+                    owner_ptr,
+                    owner.len(),
+                    token,
+                    c"PXAT".as_ptr(),
+                    at,
+                    c"SHARED".as_ptr(),
+                    c"MARK".as_ptr(),
+                    mark,
+                ),
+                Some(limit) => emit(
+                    self.io,
+                    command.as_ptr(),
+                    c"sblclcclcl".as_ptr(),
+                    self.key.as_ptr(),
+                    owner_ptr,
+                    owner.len(),
+                    token,
+                    c"PXAT".as_ptr(),
+                    at,
+                    c"SHARED".as_ptr(),
+                    c"LIMIT".as_ptr(),
+                    std::ffi::c_longlong::from(limit),
+                    c"MARK".as_ptr(),
+                    mark,
+                ),
+            }
         };
     }
 }

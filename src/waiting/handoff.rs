@@ -137,14 +137,14 @@ fn answer(ctx: Ctx, db: i32, key: &[u8], step: HandOff<Client>, now: i64, freed_
     stats.waiters.sub(answered);
     for grant in step.grants {
         let owner = Arg::Bytes(&grant.owner);
-        let (token, at, mode) = (grant.token, grant.expires_at, grant.kind.mode());
+        let (token, at, kind) = (grant.token, grant.expires_at, grant.kind);
         if grant.fresh {
-            propagate::grant(ctx, key_arg, owner, token, at, mode);
+            propagate::grant(ctx, key_arg, owner, token, at, kind);
             stats.acquisitions.incr();
             stats.hand_offs.incr();
             stats.handoff_ms.observe(now.saturating_sub(freed_at));
         } else {
-            propagate::expiry(ctx, key_arg, owner, token, at, at, mode);
+            propagate::expiry(ctx, key_arg, owner, token, at, at, kind);
         }
         for woken in grant.waiters {
             stats.wait_ms.observe(now.saturating_sub(woken.queued_at));

@@ -1,8 +1,9 @@
 //! Settling a lock before a write (removing the shared holdings whose expiry
 //! passed), and what a write that moved a holding's expiry must watch.
 
+use redis_lock_core::holdings::Kind;
 use redis_lock_core::store::{self, Store};
-use redis_lock_core::{Lock, Mode};
+use redis_lock_core::Lock;
 
 use super::timers::{watch_expiry, watch_lapse};
 use crate::ffi::key::OpenKey;
@@ -54,7 +55,8 @@ impl Deadlines {
 
 /// A holding's new expiry, set by the module (a refresh, LOCK.EXTEND).
 pub struct NewExpiry {
-    pub mode: Mode,
+    /// The holding's mode, and the limit it now holds with.
+    pub kind: Kind,
     /// The holding's own.
     pub expires_at: i64,
     /// The key's, after it.
@@ -76,7 +78,7 @@ pub fn expiry_changed(
     let next_lapse = next_lapse(&open);
     drop(open);
     let (at, key_at) = (new.expires_at, new.key_expires_at);
-    propagate::expiry(ctx, Arg::Str(key), owner, token, at, key_at, new.mode);
+    propagate::expiry(ctx, Arg::Str(key), owner, token, at, key_at, new.kind);
     // Nothing to watch on a key without waiters or lapses: the common case.
     if next_lapse.is_some() || MODULE.any_waiting() {
         let (db, key) = (ctx.selected_db(), key.as_bytes());

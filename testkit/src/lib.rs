@@ -600,6 +600,8 @@ pub struct Holder {
     pub owner: Vec<u8>,
     pub ttl: i64,
     pub token: i64,
+    /// The LIMIT a shared holding was granted with, if any.
+    pub limit: Option<i64>,
 }
 
 /// Field/value pairs of a map (RESP3) or flat array (RESP2).
@@ -629,12 +631,14 @@ impl Holder {
             owner: Vec::new(),
             ttl: i64::MIN,
             token: i64::MIN,
+            limit: None,
         };
         for (name, value) in pairs(value) {
             match name.as_str() {
                 "owner" => holder.owner = redis::from_redis_value(value).expect("owner"),
                 "ttl" => holder.ttl = redis::from_redis_value(value).expect("ttl"),
                 "token" => holder.token = redis::from_redis_value(value).expect("token"),
+                "limit" => holder.limit = Some(redis::from_redis_value(value).expect("limit")),
                 other => panic!("unexpected holder field {other}"),
             }
         }
@@ -862,7 +866,7 @@ pub fn raise_token_mark(con: &mut Connection, token: i64) {
 /// `probe` names the key the real lock is taken at for a moment; in a cluster it
 /// must hash to a slot of the connected node.
 pub fn lock_payload(con: &mut Connection, probe: &str, owner: &[u8], token: i64) -> Vec<u8> {
-    // Encoding version 2: mode (exclusive), one holding: owner, token, expiry 0.
+    // Mode exclusive, one holding: owner, token, expiry 0 (and no limit).
     payload_of(con, probe, 0, &[(owner, token, 0)])
 }
 
@@ -877,8 +881,9 @@ pub fn shared_lock_payload(
     payload_of(con, probe, 1, holdings)
 }
 
-/// A DUMP payload of a lock in encoding version 2: `mode` (0 exclusive, 1 shared),
-/// the holdings' count, then each holding's owner, token and expiry.
+/// A DUMP payload of a lock in the server's encoding (version 2 or 3): `mode` (0
+/// exclusive, 1 shared), the holdings' count, then each holding's owner, token,
+/// expiry and (version 3) limit 0.
 fn payload_of(
     con: &mut Connection,
     probe: &str,
@@ -905,11 +910,16 @@ fn payload_of(
         value.push(OPCODE_UINT);
         value.extend(rdb_len(n));
     }
+    // The module id ends with the encoding version (its low 10 bits): from version
+    // 3 on, each holding ends with its limit (0: none).
+    let id = u64::from_be_bytes(type_and_id[2..10].try_into().expect("module id"));
+    let encver = id & 1023;
     for (owner, token, expires_at) in holdings {
         value.push(OPCODE_STRING);
         value.extend(rdb_len(owner.len() as u64));
         value.extend_from_slice(owner);
-        for n in [*token, *expires_at] {
+        let limit = (encver >= 3).then_some(0);
+        for n in [*token, *expires_at].into_iter().chain(limit) {
             value.push(OPCODE_UINT);
             value.extend(rdb_len(n as u64));
         }

@@ -22,14 +22,15 @@ def check(protocol: int, port: int) -> None:
         assert isinstance(info, dict), info
         fields = {k.decode(): v for k, v in info.items()}
     else:
-        assert isinstance(info, list) and len(info) == 12, info
-        fields = {info[i].decode(): info[i + 1] for i in range(0, 12, 2)}
+        assert isinstance(info, list) and len(info) == 14, info
+        fields = {info[i].decode(): info[i + 1] for i in range(0, 14, 2)}
     assert fields["owner"] == b"worker-1", fields
     assert fields["token"] == token, fields
     assert fields["waiters"] == 0, fields
     assert 0 < fields["ttl"] <= 20_000, fields
     assert fields["mode"] == b"exclusive", fields
     assert len(fields["holders"]) == 1, fields
+    assert fields["queue"] == [], fields
 
     assert r.execute_command("LOCK.EXTEND", key, "worker-2", 5_000) == 0
     assert r.execute_command("LOCK.EXTEND", key, "worker-1", 5_000) == 1

@@ -125,7 +125,7 @@ def _pairs(reply: Any) -> dict[str, Any]:
 
 def parse_info(reply: Any) -> dict[str, Any] | None:
     """``LOCK.INFO`` in RESP2 or RESP3 as ``{"mode", "waiters", "holders": [{"owner",
-    "ttl" (seconds), "token"}], "queue": [{"owner", "mode", "limit" (with LIMIT),
+    "ttl" (seconds), "token", "limit" (with LIMIT)}], "queue": [{"owner", "mode", "limit" (with LIMIT),
     "waited" (seconds)}]}`` (the first 10 waiters, longest-waiting first); ``None``
     when nothing is held."""
     if reply is None:
@@ -134,13 +134,14 @@ def parse_info(reply: Any) -> dict[str, Any] | None:
     holders = []
     for entry in fields.get("holders") or []:
         holding = _pairs(entry)
-        holders.append(
-            {
-                "owner": text(holding.get("owner")),
-                "ttl": int(holding.get("ttl", 0)) / 1000,
-                "token": int(holding.get("token", 0)),
-            }
-        )
+        held: dict[str, Any] = {
+            "owner": text(holding.get("owner")),
+            "ttl": int(holding.get("ttl", 0)) / 1000,
+            "token": int(holding.get("token", 0)),
+        }
+        if holding.get("limit") is not None:
+            held["limit"] = int(holding["limit"])
+        holders.append(held)
     queue = []
     for entry in fields.get("queue") or []:
         waiter = _pairs(entry)

@@ -12,7 +12,8 @@
 --
 -- Keys (docs/PROTOCOL.md gives the whole design):
 --   * the lock key K: a hash, one field `mode` and one field `h:<owner>` per holding
---     ("<token> <expires-at-unix-ms>"); its Redis expiry is that of the holding that
+--     ("<token> <expires-at-unix-ms>", then " <limit>" for a holding granted with
+--     LIMIT); its Redis expiry is that of the holding that
 --     ends last, so DEL K force-releases and Redis removes K when all lapsed;
 --   * the queue key `side(K, ':lockq')`: a hash of the token mark (`mark`), the
 --     arrival counter (`seq`), the queue places (`w:<owner>`) and the grants not yet
@@ -242,7 +243,8 @@ local function load_lock(key, now)
         if field == 'mode' and (value == 'exclusive' or value == 'shared') then
             lock.mode = value
         elseif string.sub(field, 1, 2) == 'h:' and #field > 2 then
-            local token, expires = string.match(value, '^(%d+) (%d+)$')
+            -- "<token> <expires-at>", then " <limit>" for a holding granted with one.
+            local token, expires, limit = string.match(value, '^(%d+) (%d+) ?(%d*)$')
             if not token then
                 fail(WRONGTYPE)
             end
@@ -250,6 +252,7 @@ local function load_lock(key, now)
                 owner = string.sub(field, 3),
                 token = tonumber(token),
                 expires = tonumber(expires),
+                limit = tonumber(limit),
             })
         else
             -- A hash that is not a lock.
@@ -375,8 +378,11 @@ local function store_lock(state)
 end
 
 local function write_holding(state, h)
-    redis.call('HSET', state.key, 'mode', state.lock.mode, 'h:' .. h.owner,
-        int(h.token) .. ' ' .. int(h.expires))
+    local value = int(h.token) .. ' ' .. int(h.expires)
+    if h.limit then
+        value = value .. ' ' .. int(h.limit)
+    end
+    redis.call('HSET', state.key, 'mode', state.lock.mode, 'h:' .. h.owner, value)
 end
 
 -- Removes lapsed holdings (an exclusive one lapses with its key, but Redis judges
@@ -430,10 +436,14 @@ local function mint(state)
     return token
 end
 
--- A new holding for `owner`; returns it. The caller writes the queue key.
-local function grant(state, owner, shared, expires)
+-- A new holding for `owner` (shared: granted with `limit`, if any); returns it. The
+-- caller writes the queue key.
+local function grant(state, owner, shared, expires, limit)
     local token = mint(state)
     local h = { owner = owner, token = token, expires = math.min(expires, EXACT) }
+    if shared then
+        h.limit = limit
+    end
     state.lock.mode = shared and 'shared' or 'exclusive'
     table.insert(state.lock.holders, h)
     write_holding(state, h)
@@ -492,7 +502,7 @@ local function hand_off(state)
             break
         end
         table.remove(state.queue.places, 1)
-        local h = grant(state, p.owner, p.shared, state.now + math.min(p.ttl, p.lease))
+        local h = grant(state, p.owner, p.shared, state.now + math.min(p.ttl, p.lease), p.limit)
         state.queue.grants[p.owner] = h.token
         table.insert(granted, { p = p, h = h })
     end
@@ -573,6 +583,10 @@ local function refresh(state, request)
     end
     local before = h.expires
     h.expires = math.min(state.now + request.ttl, EXACT)
+    -- A shared holding holds with the limit last asked, as the module's.
+    if request.shared then
+        h.limit = request.limit
+    end
     write_holding(state, h)
     store_lock(state)
     collect(state, request.owner)
@@ -650,7 +664,7 @@ local function lock_acquire(keys, args)
     if #state.queue.places > 0 or not fits(state, request.shared, request.limit) then
         return nil
     end
-    local h = grant(state, request.owner, request.shared, state.now + request.ttl)
+    local h = grant(state, request.owner, request.shared, state.now + request.ttl, request.limit)
     store_queue(state)
     return h.token
 end
@@ -715,7 +729,7 @@ end
 local function holder_map(h, now)
     -- A lock without TTL (PERSIST by hand) shows -1, as PTTL and LOCK.INFO do.
     local ttl = h.persistent and -1 or math.max(h.expires - now, 0)
-    return { map = { owner = h.owner, ttl = ttl, token = h.token } }
+    return { map = { owner = h.owner, ttl = ttl, token = h.token, limit = h.limit } }
 end
 
 -- How many waiters lock_info describes one by one (as the module's LOCK.INFO).
@@ -815,7 +829,7 @@ local function lock_wait(keys, args)
     end
     local place, index = place_of(state, request.owner)
     if not place and #state.queue.places == 0 and fits(state, request.shared, request.limit) then
-        local h = grant(state, request.owner, request.shared, state.now + request.ttl)
+        local h = grant(state, request.owner, request.shared, state.now + request.ttl, request.limit)
         store_queue(state)
         return { h.token, 0, list }
     end
