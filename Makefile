@@ -1,6 +1,6 @@
 # redis-lock: `make run` starts redis-server with the module; `make test` runs every test.
 # Both install what is missing (redis-server, redis-tools, libclang-dev, python3-venv,
-# prometheus-redis-exporter for the metrics test, dpkg-dev for make deb,
+# prometheus-redis-exporter for the metrics test, dpkg-dev for make deb and its test,
 # redis-py; the Python tools into target/venv) when run as root, and otherwise say
 # what to install.
 #
@@ -13,7 +13,7 @@ MODULE    := target/release/libredis_lock.so
 DEBS      := redis-server redis-tools redis-sentinel libclang-dev python3-venv prometheus-redis-exporter dpkg-dev
 PYTHON    ?= python3
 
-.PHONY: all build run install install-build uninstall deb test test-library test-library-scripts test-servers python-test bench bench-peers demo memcheck fuzz torture failover deps lint clean
+.PHONY: all build run install install-build uninstall deb test test-library test-library-scripts test-package test-servers python-test bench bench-peers demo memcheck fuzz torture failover deps lint clean
 
 all: build
 
@@ -113,6 +113,7 @@ test: deps
 	$(CARGO) test --workspace
 	$(MAKE) test-library
 	$(MAKE) python-test
+	$(MAKE) test-package
 
 # The client's and the CLI's suites again, on a plain redis-server with the
 # redislock function library instead of the module (REDIS_LOCK_BACKEND, see
@@ -127,6 +128,13 @@ test-library: deps
 	REDIS_LOCK_BACKEND=functions $(CARGO) test -p redis-lock-client $(LIBRARY_SUITES)
 	REDIS_LOCK_BACKEND=functions $(CARGO) test -p redis-lock-cli --test cli --test supervision
 	$(MAKE) test-library-scripts LIBRARY_SUITES="--test client --test kinds --test run_locked --test waits"
+
+# `make install` into a temporary DESTDIR and `make deb`, both with the debug build
+# that `make test` made; the installed module loaded and the installed CLI run. As
+# root, the package is installed with dpkg, used, and purged again
+# (tests/package/run).
+test-package: deps
+	tests/package/run
 
 test-library-scripts: deps
 	@if [ -x "$(REDIS62_SERVER)" ]; then \
