@@ -84,7 +84,7 @@ install: $(if $(NO_BUILD),,install-build)
 uninstall:
 	rm -f $(DESTDIR)$(MODULEDIR)/redis-lock.so $(DESTDIR)$(BINDIR)/redis-lock \
 	  $(DESTDIR)$(DATADIR)/redislock.lua
-	-rmdir $(DESTDIR)$(DATADIR) $(DESTDIR)$(MODULEDIR) $(DESTDIR)$(PREFIX)/lib/redis 2>/dev/null
+	rmdir $(DESTDIR)$(DATADIR) $(DESTDIR)$(MODULEDIR) $(DESTDIR)$(PREFIX)/lib/redis 2>/dev/null || true
 
 # The Debian package: `make install PREFIX=/usr` into a staging tree, then
 # packaging/deb/build adds the loadmodule snippet (/etc/redis/modules/redis-lock.conf,
