@@ -4,9 +4,10 @@
 # redis-py; the Python tools into target/venv) when run as root, and otherwise say
 # what to install.
 #
-# `make install` builds the module and the CLI and installs them under PREFIX
-# (/usr/local; DESTDIR honoured), `make uninstall` removes them, and `make deb`
-# builds the Debian package target/redis-lock_<version>_<arch>.deb (docs/install.md).
+# `make install` builds the module and the CLI (`make install-build` only builds) and
+# installs them under PREFIX (/usr/local; DESTDIR honoured), `make uninstall` removes
+# them, `make deb` builds the Debian package target/redis-lock_<version>_<arch>.deb,
+# and `make test-package` (part of `make test`) checks all three (docs/install.md).
 
 CARGO     ?= cargo
 MODULE    := target/release/libredis_lock.so
