@@ -1,15 +1,20 @@
 # redis-lock: `make run` starts redis-server with the module; `make test` runs every test.
 # Both install what is missing (redis-server, redis-tools, libclang-dev, python3-venv,
-# prometheus-redis-exporter for the metrics test, redis-py; the Python tools into
-# target/venv) when run as root, and otherwise say
+# prometheus-redis-exporter for the metrics test, dpkg-dev for make deb and its test,
+# redis-py; the Python tools into target/venv) when run as root, and otherwise say
 # what to install.
+#
+# `make install` builds the module and the CLI (`make install-build` only builds) and
+# installs them under PREFIX (/usr/local; DESTDIR honoured), `make uninstall` removes
+# them, `make deb` builds the Debian package target/redis-lock_<version>_<arch>.deb,
+# and `make test-package` (part of `make test`) checks all three (docs/install.md).
 
 CARGO     ?= cargo
 MODULE    := target/release/libredis_lock.so
-DEBS      := redis-server redis-tools redis-sentinel libclang-dev python3-venv prometheus-redis-exporter
+DEBS      := redis-server redis-tools redis-sentinel libclang-dev python3-venv prometheus-redis-exporter dpkg-dev
 PYTHON    ?= python3
 
-.PHONY: all build run test test-library test-library-scripts test-servers python-test bench bench-peers demo memcheck fuzz torture failover deps lint clean
+.PHONY: all build run install install-build uninstall deb test test-library test-library-scripts test-package test-servers python-test bench bench-peers demo memcheck fuzz torture failover deps lint clean
 
 all: build
 
@@ -46,6 +51,61 @@ build: deps
 run: build
 	redis-server redis.conf
 
+# --- install -----------------------------------------------------------------
+# The module as redis-lock.so (modules are loaded by path, not linked: no lib
+# prefix, as Debian's redisearch.so), mode 0755 (Redis 7 refuses a module without
+# the execute bit), the CLI, and the function library's source (the CLI carries it
+# too: `redis-lock functions load`). PROFILE=debug installs the debug build
+# instead, which `make test` has built already. `make install-build` builds as
+# yourself; `sudo make install NO_BUILD=1` then copies without running cargo (root
+# rarely has your toolchain).
+PREFIX    ?= /usr/local
+DESTDIR   ?=
+PROFILE   ?= release
+BINDIR    := $(PREFIX)/bin
+MODULEDIR := $(PREFIX)/lib/redis/modules
+DATADIR   := $(PREFIX)/share/redis-lock
+INSTALL   ?= install
+CARGO_PROFILE = $(if $(filter debug,$(PROFILE)),dev,$(filter release,$(PROFILE)))
+
+install-build:
+	@test -n "$(CARGO_PROFILE)" || { echo "PROFILE must be release or debug, not $(PROFILE)"; exit 1; }
+	$(CARGO) build --profile $(CARGO_PROFILE) -p redis-lock -p redis-lock-cli
+
+install: $(if $(NO_BUILD),,install-build)
+	@test -f target/$(PROFILE)/libredis_lock.so -a -f target/$(PROFILE)/redis-lock || { \
+	  echo "target/$(PROFILE) lacks the module or the CLI: make install-build PROFILE=$(PROFILE)"; exit 1; }
+	$(INSTALL) -d $(DESTDIR)$(MODULEDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(DATADIR)
+	$(INSTALL) -m 0755 target/$(PROFILE)/libredis_lock.so $(DESTDIR)$(MODULEDIR)/redis-lock.so
+	$(INSTALL) -m 0755 target/$(PROFILE)/redis-lock $(DESTDIR)$(BINDIR)/redis-lock
+	$(INSTALL) -m 0644 lua/redislock.lua $(DESTDIR)$(DATADIR)/redislock.lua
+
+# Removes what `make install` put there (same PREFIX and DESTDIR), and its
+# directories where they are left empty.
+uninstall:
+	rm -f $(DESTDIR)$(MODULEDIR)/redis-lock.so $(DESTDIR)$(BINDIR)/redis-lock \
+	  $(DESTDIR)$(DATADIR)/redislock.lua
+	rmdir $(DESTDIR)$(DATADIR) $(DESTDIR)$(MODULEDIR) $(DESTDIR)$(PREFIX)/lib/redis 2>/dev/null || true
+
+# The Debian package: `make install PREFIX=/usr` into a staging tree, then
+# packaging/deb/build adds the loadmodule snippet (/etc/redis/modules/redis-lock.conf,
+# a conffile), the copyright file and the control file, and runs dpkg-deb.
+# Version: the module crate's, with Debian revision DEB_REVISION.
+DEB_DIR         ?= target
+DEB_REVISION    ?= 1
+DEB_VERSION     := $(shell sed -n '/^\[package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' Cargo.toml)-$(DEB_REVISION)
+DEB_ARCH        := $(shell dpkg --print-architecture 2>/dev/null)
+DEB_MAINTAINER  ?= redis-lock maintainers <maintainers@redis-lock.invalid>
+DEB_COMPRESSION ?= xz
+DEB             := $(DEB_DIR)/redis-lock_$(DEB_VERSION)_$(DEB_ARCH).deb
+
+deb:
+	@command -v dpkg-deb >/dev/null || { echo "make deb needs dpkg-deb (Debian, Ubuntu)"; exit 1; }
+	rm -rf $(DEB_DIR)/deb-root
+	$(MAKE) install DESTDIR=$(abspath $(DEB_DIR))/deb-root PREFIX=/usr PROFILE=$(PROFILE)
+	DEB_MAINTAINER="$(DEB_MAINTAINER)" DEB_COMPRESSION=$(DEB_COMPRESSION) \
+	  packaging/deb/build $(DEB_DIR)/deb-root $(DEB_VERSION) $(DEB)
+
 # --- tests -------------------------------------------------------------------
 # Unit tests need no server; integration tests start their own redis-servers on
 # free loopback ports with the debug build of the module.
@@ -54,6 +114,7 @@ test: deps
 	$(CARGO) test --workspace
 	$(MAKE) test-library
 	$(MAKE) python-test
+	$(MAKE) test-package
 
 # The client's and the CLI's suites again, on a plain redis-server with the
 # redislock function library instead of the module (REDIS_LOCK_BACKEND, see
@@ -68,6 +129,13 @@ test-library: deps
 	REDIS_LOCK_BACKEND=functions $(CARGO) test -p redis-lock-client $(LIBRARY_SUITES)
 	REDIS_LOCK_BACKEND=functions $(CARGO) test -p redis-lock-cli --test cli --test supervision
 	$(MAKE) test-library-scripts LIBRARY_SUITES="--test client --test kinds --test run_locked --test waits"
+
+# `make install` into a temporary DESTDIR and `make deb`, both with the debug build
+# that `make test` made; the installed module loaded and the installed CLI run. As
+# root, the package is installed with dpkg, used, and purged again
+# (tests/package/run).
+test-package: deps
+	tests/package/run
 
 test-library-scripts: deps
 	@if [ -x "$(REDIS62_SERVER)" ]; then \
