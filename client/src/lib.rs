@@ -64,7 +64,7 @@ mod sync;
 
 pub use aio::{AsyncLockCommands, AsyncLockGuard};
 pub use backend::{function_load, library_script, Backend, LIBRARY_SOURCE};
-pub use blocking::BlockingLockClient;
+pub use blocking::{BlockingLockClient, BlockingLockGuard};
 pub use connector::{Connector, LockClient, WAIT_MARGIN};
 pub use error::{Error, Result};
 pub use lease::{margin, LockLost};
