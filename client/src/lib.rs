@@ -75,3 +75,9 @@ pub use renew::{AsyncRenewer, Renewer, STOP_LIMIT};
 pub use request::{fresh_owner, Durable, Request, Retry, Wait, MAX_MILLIS, MAX_PERMITS};
 pub use sentinel::Sentinel;
 pub use sync::{LockCommands, LockGuard, Locked};
+
+/// `docs/rust-client.md`, so that `cargo test --doc` compiles every `rust` example
+/// of the page.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/rust-client.md")]
+pub struct RustClientPage;
