@@ -81,3 +81,8 @@ pub use sync::{LockCommands, LockGuard, Locked};
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/rust-client.md")]
 pub struct RustClientPage;
+
+/// The top README.md, so that `cargo test --doc` compiles its Rust example too.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct Readme;
