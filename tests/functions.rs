@@ -480,7 +480,7 @@ fn a_mode_conflict_with_a_queue_place_about_to_be_granted_changes_nothing() {
 
 #[test]
 fn a_key_ttl_set_by_hand_acts_on_holdings_as_in_the_module() {
-    // README "by hand": an exclusive lock lives as long as its key (PERSIST leaves
+    // docs/commands.md "by hand": an exclusive lock lives as long as its key (PERSIST leaves
     // it held without TTL, a longer PEXPIRE lengthens it); shared holdings keep each
     // their own lease, which a PERSIST or a longer PEXPIRE lengthens none of.
     let module = Server::start();

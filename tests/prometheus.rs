@@ -1,4 +1,4 @@
-//! The Prometheus recipe (README, "Prometheus"): Debian's prometheus-redis-exporter
+//! The Prometheus recipe (docs/operations.md, "Prometheus"): Debian's prometheus-redis-exporter
 //! runs contrib/prometheus/lock-metrics.lua, which turns `INFO lock` into metrics.
 //! Scrapes the real exporter against a real server.
 

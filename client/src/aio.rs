@@ -23,7 +23,7 @@ use crate::lock::{parse_info, Lock, LockInfo};
 pub(crate) use crate::machine::RELEASE_LIMIT;
 use crate::machine::{read_flag, Acquire, Call, Detect, Input, Machine, Scripted, Single, Step};
 use crate::renew::AsyncRenewer;
-use crate::request::{extend_command, info_command, release_command, Request};
+use crate::request::{extend_command, info_command, release_command, Request, Wait};
 use crate::sync::Locked;
 
 /// Drives `machine` to its result on `con`, each reply within the bound its step
@@ -168,9 +168,26 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
         async move { drive(self, Detect::new(forced)).await }
     }
 
-    /// Takes the lock as `request` says and returns a guard that releases it when
-    /// dropped (in a background task). `None` if it is busy.
+    /// Takes the lock at `key` and returns a guard that releases it when dropped (in
+    /// a background task). `None` if it is busy. A shared connection cannot wait:
+    /// `wait` other than [`Wait::No`] is refused (see
+    /// [`acquire_with`](Self::acquire_with)); wait with a
+    /// [`LockClient`](crate::LockClient).
     fn lock_guard(
+        &mut self,
+        key: &str,
+        ttl: Duration,
+        wait: Wait,
+    ) -> impl Future<Output = Result<Option<AsyncLockGuard>>> + Send
+    where
+        Self: Clone + Sync + 'static,
+    {
+        self.lock_guard_with(Request::new(key, ttl).wait(wait))
+    }
+
+    /// [`lock_guard`](Self::lock_guard) for any [`Request`]: a backend, a mode, a
+    /// given owner.
+    fn lock_guard_with(
         &mut self,
         request: Request,
     ) -> impl Future<Output = Result<Option<AsyncLockGuard>>> + Send
@@ -197,13 +214,13 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use redis_lock_client::AsyncLockCommands;
+    /// use redis_lock_client::{AsyncLockCommands, Wait};
     ///
     /// # async fn demo() -> redis_lock_client::Result<()> {
     /// let mut con = redis::Client::open("redis://127.0.0.1:6390/").unwrap()
     ///     .get_connection_manager().await.unwrap();
     /// let done = con
-    ///     .run_locked("report:daily", Duration::from_secs(30), |lock, lost| async move {
+    ///     .run_locked("report:daily", Duration::from_secs(30), Wait::No, |lock, lost| async move {
     ///         tokio::select! {
     ///             _ = lost.lost() => None,
     ///             report = async { /* build it, fenced with lock.token() */ 42 } => Some(report),
@@ -216,6 +233,7 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
         &mut self,
         key: &str,
         ttl: Duration,
+        wait: Wait,
         work: F,
     ) -> impl Future<Output = Result<Option<Locked<T>>>> + Send
     where
@@ -224,7 +242,7 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
         Fut: Future<Output = T> + Send,
         T: Send,
     {
-        self.run_locked_with(Request::new(key, ttl), work)
+        self.run_locked_with(Request::new(key, ttl).wait(wait), work)
     }
 
     /// [`run_locked`](Self::run_locked) for any [`Request`]: a given owner, another
@@ -360,12 +378,12 @@ impl Drop for ReleaseOnDrop {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use redis_lock_client::{AsyncLockCommands, Request};
+/// use redis_lock_client::{AsyncLockCommands, Wait};
 ///
 /// # async fn demo() -> redis_lock_client::Result<()> {
 /// let mut con = redis::Client::open("redis://127.0.0.1:6390/").unwrap()
 ///     .get_multiplexed_async_connection().await.unwrap();
-/// if let Some(guard) = con.lock_guard(Request::new("cleanup", Duration::from_secs(10))).await? {
+/// if let Some(guard) = con.lock_guard("cleanup", Duration::from_secs(10), Wait::No).await? {
 ///     println!("token {}", guard.lock().token());
 ///     guard.release().await?;
 /// }

@@ -151,6 +151,40 @@ impl BlockingLockClient {
         Renewer::start(self.client.clone(), lock)
     }
 
+    /// Takes the lock at `key` for `ttl`, waiting as `wait` says, and returns a
+    /// guard that releases it when dropped. `None` if it is still busy when the wait
+    /// ends.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redis_lock_client::{BlockingLockClient, Wait};
+    ///
+    /// # fn main() -> redis_lock_client::Result<()> {
+    /// let locks = BlockingLockClient::new(redis::Client::open("redis://127.0.0.1:6390/").unwrap());
+    /// if let Some(guard) = locks.lock_guard("cleanup", Duration::from_secs(10), Wait::No)? {
+    ///     println!("token {}", guard.lock().token());
+    /// } // released here
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_guard(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Wait,
+    ) -> Result<Option<BlockingLockGuard>> {
+        self.lock_guard_with(Request::new(key, ttl).wait(wait))
+    }
+
+    /// [`lock_guard`](Self::lock_guard) for any [`Request`].
+    pub fn lock_guard_with(&self, request: Request) -> Result<Option<BlockingLockGuard>> {
+        let lock = self.acquire_with(request)?;
+        Ok(lock.map(|lock| BlockingLockGuard {
+            locks: self.clone(),
+            lock,
+            released: false,
+        }))
+    }
+
     /// Runs `work` only if the lock at `key` is won within `wait`, renewing it
     /// from a thread while it runs, and releases it afterwards (also if `work`
     /// panics). `None` when it was still busy. `work` gets the lock: stamp writes
@@ -162,7 +196,16 @@ impl BlockingLockClient {
         wait: Wait,
         work: impl FnOnce(&Lock) -> T,
     ) -> Result<Option<Locked<T>>> {
-        let Some(lock) = self.acquire(key, ttl, wait)? else {
+        self.run_locked_with(Request::new(key, ttl).wait(wait), work)
+    }
+
+    /// [`run_locked`](Self::run_locked) for any [`Request`].
+    pub fn run_locked_with<T>(
+        &self,
+        request: Request,
+        work: impl FnOnce(&Lock) -> T,
+    ) -> Result<Option<Locked<T>>> {
+        let Some(lock) = self.acquire_with(request)? else {
             return Ok(None);
         };
         let renewer = self.renewer(&lock);
@@ -194,6 +237,48 @@ impl Drop for ReleaseOnUnwind<'_> {
     fn drop(&mut self) {
         if let Some(lock) = self.lock.take() {
             let _ = self.locks.release(&lock);
+        }
+    }
+}
+
+/// A lock held through a [`BlockingLockClient`], released (on a connection of its
+/// own, for at most a second) when the guard is dropped. A failed release leaves the
+/// lock to its TTL.
+#[derive(Debug)]
+pub struct BlockingLockGuard {
+    locks: BlockingLockClient,
+    lock: Lock,
+    released: bool,
+}
+
+impl BlockingLockGuard {
+    /// The held lock.
+    pub fn lock(&self) -> &Lock {
+        &self.lock
+    }
+
+    /// Extends the lock to `ttl` from now; [`Error::LockLost`] if it is no longer held.
+    pub fn extend(&mut self, ttl: Duration) -> Result<()> {
+        if !self.locks.extend(&self.lock, ttl)? {
+            return Err(Error::LockLost {
+                key: self.lock.key.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Releases now; `false` if the lock was no longer held by this owner.
+    pub fn release(mut self) -> Result<bool> {
+        self.released = true;
+        self.locks.release(&self.lock)
+    }
+}
+
+impl Drop for BlockingLockGuard {
+    fn drop(&mut self) {
+        if !self.released {
+            // A failed release leaves the lock to its TTL, which is the safety net.
+            let _ = self.locks.release(&self.lock);
         }
     }
 }

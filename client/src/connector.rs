@@ -202,8 +202,21 @@ impl<K: Connector> LockClient<K> {
         }
     }
 
-    /// Takes the lock and returns a guard that releases it when dropped.
-    pub async fn lock_guard(&self, request: Request) -> Result<Option<AsyncLockGuard>> {
+    /// Takes the lock at `key` for `ttl`, waiting in the server's FIFO queue as
+    /// `wait` says, and returns a guard that releases it when dropped. `None` if it
+    /// is still busy when the wait ends.
+    pub async fn lock_guard(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Wait,
+    ) -> Result<Option<AsyncLockGuard>> {
+        self.lock_guard_with(Request::new(key, ttl).wait(wait))
+            .await
+    }
+
+    /// [`lock_guard`](Self::lock_guard) for any [`Request`].
+    pub async fn lock_guard_with(&self, request: Request) -> Result<Option<AsyncLockGuard>> {
         let lock = self.acquire_with(request).await?;
         Ok(lock.map(|lock| AsyncLockGuard::new(lock, self.releaser())))
     }

@@ -178,8 +178,10 @@ pub trait LockCommands: ConnectionLike + Sized {
         }))
     }
 
-    /// Runs `work` only if the lock at `key` is free, and releases it afterwards (also
-    /// if `work` panics). `None` when the lock was busy.
+    /// Runs `work` only if the lock at `key` is won within `wait`, and releases it
+    /// afterwards (also if `work` panics). `None` when the lock was still busy. A
+    /// wait is bounded only by this connection's read timeout (see
+    /// [`acquire`](Self::acquire)).
     ///
     /// `work` gets the lock (stamp its writes with [`Lock::token`], and stop once
     /// [`Lock::is_lost`]) and the connection. The lock is not renewed: pick a TTL
@@ -187,11 +189,11 @@ pub trait LockCommands: ConnectionLike + Sized {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use redis_lock_client::LockCommands;
+    /// use redis_lock_client::{LockCommands, Wait};
     ///
     /// # fn main() -> redis_lock_client::Result<()> {
     /// let mut con = redis::Client::open("redis://127.0.0.1:6390/").unwrap().get_connection().unwrap();
-    /// if let Some(done) = con.run_locked("cleanup", Duration::from_secs(60), |lock, _con| lock.token())? {
+    /// if let Some(done) = con.run_locked("cleanup", Duration::from_secs(60), Wait::No, |lock, _con| lock.token())? {
     ///     if done.released.is_err() {
     ///         eprintln!("the work ran, but the lock stays until its TTL");
     ///     }
@@ -202,9 +204,10 @@ pub trait LockCommands: ConnectionLike + Sized {
         &mut self,
         key: &str,
         ttl: Duration,
+        wait: Wait,
         work: impl FnOnce(&Lock, &mut Self) -> T,
     ) -> Result<Option<Locked<T>>> {
-        self.run_locked_with(Request::new(key, ttl), work)
+        self.run_locked_with(Request::new(key, ttl).wait(wait), work)
     }
 
     /// [`run_locked`](Self::run_locked) for any [`Request`].

@@ -121,7 +121,7 @@ fn run_locked_runs_only_when_won_and_always_releases() {
     let server = common::lock_server();
     let mut con = server.connection();
     let done = con
-        .run_locked("job", TTL, |lock, con| {
+        .run_locked("job", TTL, Wait::No, |lock, con| {
             let _: () = redis::cmd("SET")
                 .arg("result")
                 .arg(lock.token())
@@ -140,14 +140,14 @@ fn run_locked_runs_only_when_won_and_always_releases() {
     let mut other = server.connection();
     let held = other.try_acquire("job", TTL).unwrap().unwrap();
     let ran = con
-        .run_locked("job", TTL, |_, _| unreachable!("busy"))
+        .run_locked("job", TTL, Wait::No, |_, _| unreachable!("busy"))
         .unwrap();
     assert!(ran.is_none());
     other.release(&held).unwrap();
 
     // Lost under the work: the release then finds someone else's lock.
     let lost = con
-        .run_locked("job", TTL, |_, con| {
+        .run_locked("job", TTL, Wait::No, |_, con| {
             let _: i64 = redis::cmd("DEL").arg("job").query(con).unwrap();
         })
         .unwrap()
@@ -333,11 +333,7 @@ async fn async_acquire_wait_extend_release() {
 async fn an_async_guard_releases_in_the_background_when_dropped() {
     let server = common::lock_server();
     let mut con = async_con(&server).await;
-    let guard = con
-        .lock_guard(Request::new("job", TTL))
-        .await
-        .unwrap()
-        .unwrap();
+    let guard = con.lock_guard("job", TTL, Wait::No).await.unwrap().unwrap();
     let token = guard.lock().token();
     let info = con.lock_info("job").await.unwrap().unwrap();
     assert_eq!(info.token, token);
@@ -355,10 +351,15 @@ async fn run_locked_renews_past_the_first_ttl() {
     let mut con = async_con(&server).await;
     let mut observer = async_con(&server).await;
     let done = con
-        .run_locked("job", Duration::from_millis(300), |lock, lost| async move {
-            tokio::time::sleep(Duration::from_millis(1_000)).await;
-            (lock.token(), lost.is_lost())
-        })
+        .run_locked(
+            "job",
+            Duration::from_millis(300),
+            Wait::No,
+            |lock, lost| async move {
+                tokio::time::sleep(Duration::from_millis(1_000)).await;
+                (lock.token(), lost.is_lost())
+            },
+        )
         .await
         .unwrap()
         .expect("won");
@@ -382,6 +383,7 @@ async fn the_loss_signal_fires_when_the_key_is_deleted_under_the_work() {
         .run_locked(
             "job",
             Duration::from_millis(300),
+            Wait::No,
             |_lock, lost| async move {
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(150)).await;

@@ -149,7 +149,7 @@ async fn hold(
         }
         Holder::GuardRenewerClient => {
             let locks = LockClient::new(client);
-            let guard = locks.lock_guard(request).await.unwrap().expect("free");
+            let guard = locks.lock_guard_with(request).await.unwrap().expect("free");
             let renewer = locks.renewer(guard.lock());
             told();
             renewer.signal().lost().await;
@@ -209,7 +209,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Held for C {
         told: &'a mut (dyn FnMut() + Send),
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Seen> + Send + 'a>> {
         Box::pin(async move {
-            let guard = self.lock_guard(request).await.unwrap().expect("free");
+            let guard = self.lock_guard_with(request).await.unwrap().expect("free");
             let renewer = AsyncRenewer::start(self.clone(), guard.lock());
             told();
             guard.signal().lost().await;

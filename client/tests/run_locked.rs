@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::proxy::Proxy;
 use common::Server;
 use on_backend::{AsyncLockCommands, LockCommands};
-use redis_lock_client::{LockClient, Request, Wait};
+use redis_lock_client::{LockClient, Wait};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -30,7 +30,7 @@ fn a_failed_release_keeps_the_works_result_blocking() {
     con.set_read_timeout(Some(Duration::from_millis(300)))
         .unwrap();
     let done = con
-        .run_locked("job", TTL, |_lock, _con| {
+        .run_locked("job", TTL, Wait::No, |_lock, _con| {
             proxy.black_hole(); // the release will get no answer
             42
         })
@@ -53,7 +53,7 @@ async fn a_failed_release_keeps_the_works_result_async() {
     let locks = LockClient::new(proxy.client());
     let started = Instant::now();
     let done = con
-        .run_locked("job", TTL, |_lock, _lost| async {
+        .run_locked("job", TTL, Wait::No, |_lock, _lost| async {
             proxy.black_hole();
             42
         })
@@ -90,7 +90,7 @@ async fn run_locked_releases_when_the_work_panics() {
     let mut on_task = con.clone();
     let task = tokio::spawn(async move {
         on_task
-            .run_locked("job", TTL, |_lock, _lost| async {
+            .run_locked("job", TTL, Wait::No, |_lock, _lost| async {
                 panic!("the job failed")
             })
             .await
@@ -115,8 +115,11 @@ async fn run_locked_releases_when_cancelled() {
     let server = common::lock_server();
     let mut con = server.client().get_connection_manager().await.unwrap();
     let work = |_lock, _lost| async { tokio::time::sleep(Duration::from_secs(60)).await };
-    let cancelled =
-        tokio::time::timeout(Duration::from_millis(200), con.run_locked("job", TTL, work)).await;
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(200),
+        con.run_locked("job", TTL, Wait::No, work),
+    )
+    .await;
     assert!(cancelled.is_err(), "the work outlived the timeout");
     released_soon(&server, "job");
 
@@ -134,7 +137,7 @@ fn a_guard_that_outlives_its_runtime_still_releases() {
     let locks = LockClient::new(server.client());
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let guard = runtime
-        .block_on(locks.lock_guard(Request::new("job", TTL)))
+        .block_on(locks.lock_guard("job", TTL, Wait::No))
         .unwrap()
         .unwrap();
     drop(runtime);

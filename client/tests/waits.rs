@@ -49,7 +49,7 @@ async fn a_shared_async_connection_refuses_to_wait() {
         matches!(&error, Error::InvalidArgument(m) if m.contains("LockClient")),
         "{error}"
     );
-    let error = con.lock_guard(request).await.unwrap_err();
+    let error = con.lock_guard_with(request).await.unwrap_err();
     assert!(matches!(error, Error::InvalidArgument(_)));
     assert_eq!(
         con.lock_info("job").await.unwrap(),

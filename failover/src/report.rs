@@ -289,7 +289,7 @@ pub fn summary(options: &Options, seed: u64, runs: &[ModeRun], took: Duration) -
         md,
         "Pass rule: in every mode no equal tokens, no overlap the fence did not resolve, \
          every waiter answered; in durable mode no token regression. Definitions: \
-         `failover/src/check.rs`; what they mean for users: README.md, Replication."
+         `failover/src/check.rs`; what they mean for users: docs/replication.md."
     );
     Summary {
         verdict,

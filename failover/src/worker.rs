@@ -1,7 +1,7 @@
 //! One worker process: takes the locks through Sentinel with `WAIT`, writes twice to
 //! the resource with each token, records everything (see `records`).
 //!
-//! Most workers find the master as the README tells users to: a
+//! Most workers find the master as docs/rust-client.md tells users to: a
 //! [`LockClient`] over a [`Sentinel`]. They reach the nodes through the proxies the
 //! sentinels name, so a partition of the master cuts them off from it. Workers
 //! started with `--beside` stand on the master's side of every partition: they ask

@@ -31,5 +31,5 @@ locks = redis.Redis.from_url(REDIS_URL)
 @only_one(locks, "beat:daily-report", ttl=120.0)
 def daily_report() -> str:
     # ... build the report; stamp its writes with the lock's token where the
-    # resource can check it (see the README, "Fencing tokens") ...
+    # resource can check it (see docs/commands.md, "Fencing tokens") ...
     return "report built"

@@ -63,9 +63,10 @@ pub trait LockCommands: client::LockCommands {
         &mut self,
         key: &str,
         ttl: Duration,
+        wait: Wait,
         work: impl FnOnce(&Lock, &mut Self) -> T,
     ) -> Result<Option<Locked<T>>> {
-        let request = Request::new(key, ttl).backend(backend());
+        let request = Request::new(key, ttl).wait(wait).backend(backend());
         client::LockCommands::run_locked_with(self, request, work)
     }
 }
@@ -103,18 +104,32 @@ pub trait AsyncLockCommands: client::AsyncLockCommands {
 
     fn lock_guard(
         &mut self,
+        key: &str,
+        ttl: Duration,
+        wait: Wait,
+    ) -> impl Future<Output = Result<Option<AsyncLockGuard>>> + Send
+    where
+        Self: Clone + Sync + 'static,
+    {
+        let request = Request::new(key, ttl).wait(wait).backend(backend());
+        client::AsyncLockCommands::lock_guard_with(self, request)
+    }
+
+    fn lock_guard_with(
+        &mut self,
         request: Request,
     ) -> impl Future<Output = Result<Option<AsyncLockGuard>>> + Send
     where
         Self: Clone + Sync + 'static,
     {
-        client::AsyncLockCommands::lock_guard(self, request.backend(backend()))
+        client::AsyncLockCommands::lock_guard_with(self, request.backend(backend()))
     }
 
     fn run_locked<T, F, Fut>(
         &mut self,
         key: &str,
         ttl: Duration,
+        wait: Wait,
         work: F,
     ) -> impl Future<Output = Result<Option<Locked<T>>>> + Send
     where
@@ -123,7 +138,7 @@ pub trait AsyncLockCommands: client::AsyncLockCommands {
         Fut: Future<Output = T> + Send,
         T: Send,
     {
-        let request = Request::new(key, ttl).backend(backend());
+        let request = Request::new(key, ttl).wait(wait).backend(backend());
         client::AsyncLockCommands::run_locked_with(self, request, work)
     }
 

@@ -263,7 +263,7 @@ local function load_lock(key, now)
         fail(WRONGTYPE)
     end
     -- An exclusive lock's one holding lives as long as its key, as the module's
-    -- (README, "by hand"): PEXPIRE sets its TTL, PERSIST leaves it without one,
+    -- (docs/commands.md, "by hand"): PEXPIRE sets its TTL, PERSIST leaves it without one,
     -- held until released or deleted. Shared holdings keep each their own lease:
     -- a key TTL set by hand ends those that would outlive it (with the key), and
     -- lengthens none.
