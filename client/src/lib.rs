@@ -68,7 +68,7 @@ pub use blocking::BlockingLockClient;
 pub use connector::{Connector, LockClient, WAIT_MARGIN};
 pub use error::{Error, Result};
 pub use lease::{margin, LockLost};
-pub use lock::{Holder, Lock, LockInfo, Mode, Owner};
+pub use lock::{Holder, Lock, LockInfo, Mode, Owner, Waiter};
 pub use redis_lock_core::protocol::LIBRARY_VERSION;
 pub use redlock::{MultiLock, Redlock};
 pub use renew::{AsyncRenewer, Renewer, STOP_LIMIT};
