@@ -117,16 +117,16 @@ impl Connection {
             let sentinels = self.sentinel.iter().map(|addr| format!("redis://{addr}/"));
             return Sentinel::new(sentinels, master.as_str())
                 .map(Target::Sentinel)
-                .map_err(|e| format!("bad --sentinel: {e}"));
+                .map_err(|e| format!("bad --sentinel: {}", crate::exit::describe(&e)));
         }
         if self.cluster {
             return redis::cluster::ClusterClient::new(vec![self.url.as_str()])
                 .map(|cluster| Target::Cluster(Box::new(cluster)))
-                .map_err(|e| format!("bad --url {:?}: {e}", self.url));
+                .map_err(|e| format!("bad --url {:?}: {}", self.url, crate::exit::plain(&e)));
         }
         redis::Client::open(self.url.as_str())
             .map(Target::Url)
-            .map_err(|e| format!("bad --url {:?}: {e}", self.url))
+            .map_err(|e| format!("bad --url {:?}: {}", self.url, crate::exit::plain(&e)))
     }
 }
 
