@@ -22,6 +22,7 @@ mod nodes;
 mod release;
 mod run;
 mod stats;
+mod why;
 
 use clap::Parser;
 use redis_lock_client::{LockClient, Sentinel, LIBRARY_SOURCE};

@@ -7,14 +7,15 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use redis_lock_client::{Connector, Lock, LockClient, LockInfo, Mode, Request, Wait};
+use redis_lock_client::{Connector, Lock, LockClient, Request, Wait};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::args::RunArgs;
-use crate::events::{self, Events, Lost};
+use crate::events::{self, Events};
 use crate::exit;
 use crate::group::{self, Group};
+use crate::why;
 
 /// How long the final release may take before the lock is left to its TTL.
 const RELEASE_LIMIT: Duration = Duration::from_secs(2);
@@ -185,7 +186,7 @@ async fn supervise<K: Connector>(
                 // The group is told first; finding out why may take a round trip.
                 terminate(group);
                 if !events.quiet() {
-                    let cause = loss_cause(locks, lock).await;
+                    let cause = why::lost(locks, lock).await;
                     events.say(format_args!(
                         "lost {} ({cause}): SIGTERM to the command's group",
                         lock.key()
@@ -216,41 +217,6 @@ async fn supervise<K: Connector>(
         }
     }
 }
-
-/// Why the lock was lost, in words: what the client's renewer saw (it says so
-/// within moments of the loss signal), and for a renewal answered 0 what the server
-/// has at the key now.
-async fn loss_cause<K: Connector>(locks: &LockClient<K>, lock: &Lock) -> String {
-    let deadline = Instant::now() + LOSS_ACCOUNT_LIMIT;
-    let mut said = events::renewals();
-    while said.lost.is_none() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        said = events::renewals();
-    }
-    match said.lost {
-        Some(Lost::Refused) => {
-            let now = match tokio::time::timeout(RELEASE_LIMIT, locks.lock_info(lock.key())).await {
-                Ok(Ok(None)) => "; the key no longer exists: deleted, or expired".to_string(),
-                Ok(Ok(Some(info))) => format!(
-                    "; it is held by {} now",
-                    events::escaped(info.owner.as_bytes())
-                ),
-                _ => String::new(),
-            };
-            format!("a renewal was answered 0: the server no longer holds it for this owner{now}")
-        }
-        _ => {
-            let mut text = "no renewal was acknowledged before the lease ran out".to_string();
-            if let Some(error) = said.last_error {
-                text.push_str(&format!("; the last renewal failed: {error}"));
-            }
-            text
-        }
-    }
-}
-
-/// How long the loss line waits for the renewer's account of the loss.
-const LOSS_ACCOUNT_LIMIT: Duration = Duration::from_millis(200);
 
 /// SIGTERM to the group (and SIGCONT: a stopped process acts on it only then).
 fn terminate(group: Group) {
@@ -327,56 +293,11 @@ fn status_code(status: std::io::Result<ExitStatus>) -> i32 {
 
 async fn busy<K: Connector>(locks: &LockClient<K>, args: &RunArgs, events: &Events) -> i32 {
     let why = match locks.lock_info(&args.key).await {
-        Ok(Some(info)) => busy_because(&info, args.limit),
+        Ok(Some(info)) => why::busy(&info, args.limit),
         _ => String::new(),
     };
     events.say(format_args!("{} is busy{why}", args.key));
     i32::from(args.busy_exit)
-}
-
-/// Why a request for `limit` permits (or none) found the lock busy, from its info.
-fn busy_because(info: &LockInfo, limit: Option<u32>) -> String {
-    let holders = &info.holders;
-    let held_by = match holders.as_slice() {
-        [one] => format!(
-            "held by {} ({}token {}, {} left)",
-            events::escaped(one.owner.as_bytes()),
-            if info.mode == Mode::Shared {
-                "shared, "
-            } else {
-                ""
-            },
-            one.token,
-            one.ttl.map_or("no expiry".into(), |t| {
-                humantime::format_duration(Duration::from_millis(t.as_millis() as u64)).to_string()
-            })
-        ),
-        many => {
-            let names: Vec<String> = many
-                .iter()
-                .take(3)
-                .map(|h| events::escaped(h.owner.as_bytes()))
-                .collect();
-            let more = many.len().saturating_sub(names.len());
-            let more = if more > 0 {
-                format!(" and {more} more")
-            } else {
-                String::new()
-            };
-            format!("held by {}{more}", names.join(", "))
-        }
-    };
-    let queued = if info.waiters > 0 {
-        format!("; {} waiting before any newcomer", info.waiters)
-    } else {
-        String::new()
-    };
-    match limit {
-        Some(n) if info.mode == Mode::Shared && holders.len() >= n as usize => {
-            format!(": all {n} permits are in use ({held_by}){queued}")
-        }
-        _ => format!(": {held_by}{queued}"),
-    }
 }
 
 async fn release<K: Connector>(locks: &LockClient<K>, lock: &Lock, events: &Events) {
