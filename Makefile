@@ -127,7 +127,7 @@ LIBRARY_SUITES := --test client --test demo --test durable --test errors --test 
 REDIS62_SERVER ?= /opt/servers/bin/redis-6.2.16
 test-library: deps
 	REDIS_LOCK_BACKEND=functions $(CARGO) test -p redis-lock-client $(LIBRARY_SUITES)
-	REDIS_LOCK_BACKEND=functions $(CARGO) test -p redis-lock-cli --test cli --test supervision
+	REDIS_LOCK_BACKEND=functions $(CARGO) test -p redis-lock-cli --test cli --test supervision --test list --test messages
 	$(MAKE) test-library-scripts LIBRARY_SUITES="--test client --test kinds --test run_locked --test waits"
 
 # `make install` into a temporary DESTDIR and `make deb`, both with the debug build

@@ -24,16 +24,19 @@ use redis_lock_client::{Backend, Sentinel, Wait};
                   126/127 the command cannot be run. `info`: 74 if stdout cannot be written."
 )]
 pub struct Cli {
-    #[command(flatten)]
-    pub connection: Connection,
     /// No event lines on stderr (errors are still printed).
     #[arg(long, short, global = true)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub connection: Connection,
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// Where the server is and how to talk to it: every subcommand takes these, and
+/// `--help` shows them under a heading of their own.
 #[derive(Args, Debug)]
+#[command(next_help_heading = "Connection options")]
 pub struct Connection {
     /// The server, as a redis:// or rediss:// (TLS) URL; the seed node with --cluster.
     /// TLS checks the certificate against the system's roots (or SSL_CERT_FILE's);
@@ -114,16 +117,16 @@ impl Connection {
             let sentinels = self.sentinel.iter().map(|addr| format!("redis://{addr}/"));
             return Sentinel::new(sentinels, master.as_str())
                 .map(Target::Sentinel)
-                .map_err(|e| format!("bad --sentinel: {e}"));
+                .map_err(|e| format!("bad --sentinel: {}", crate::exit::describe(&e)));
         }
         if self.cluster {
             return redis::cluster::ClusterClient::new(vec![self.url.as_str()])
                 .map(|cluster| Target::Cluster(Box::new(cluster)))
-                .map_err(|e| format!("bad --url {:?}: {e}", self.url));
+                .map_err(|e| format!("bad --url {:?}: {}", self.url, crate::exit::plain(&e)));
         }
         redis::Client::open(self.url.as_str())
             .map(Target::Url)
-            .map_err(|e| format!("bad --url {:?}: {e}", self.url))
+            .map_err(|e| format!("bad --url {:?}: {}", self.url, crate::exit::plain(&e)))
     }
 }
 
@@ -170,6 +173,12 @@ pub enum Command {
         #[command(subcommand)]
         action: Functions,
     },
+    /// List the locks held (key, mode, holders with owner, TTL and token, waiters), on
+    /// the server or every master of a Cluster. SCANs in bounded steps: safe on a
+    /// keyspace of millions.
+    List(ListArgs),
+    /// Print the module's INFO lock; with --interval, the rates of its counters.
+    Stats(StatsArgs),
     /// End OWNER's holding of the lock at KEY (the administrator's force-release is DEL).
     Release {
         key: String,
@@ -177,6 +186,31 @@ pub enum Command {
         #[arg(long, value_parser = owner)]
         owner: String,
     },
+}
+
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    /// Only keys that match this glob-style pattern (SCAN's MATCH), e.g. `jobs:*`.
+    pub pattern: Option<String>,
+    /// One JSON document (`{"locks": [...]}`), for scripts.
+    #[arg(long)]
+    pub json: bool,
+    /// Keys looked at per SCAN step (its COUNT): the work each call does on the server.
+    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub count: u32,
+}
+
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    /// Sample twice this far apart and print the counters' rates per second.
+    #[arg(long, value_parser = duration)]
+    pub interval: Option<Duration>,
+    /// With --interval: how many intervals to print.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "interval", value_parser = clap::value_parser!(u32).range(1..))]
+    pub count: u32,
+    /// One JSON object per sample, for scripts.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Subcommand, Debug)]

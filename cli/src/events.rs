@@ -1,5 +1,7 @@
-//! One stderr line per event: acquired, waiting, renewal failed, lost, released.
-//! Renewal failures come from the client crate's `tracing` events.
+//! One stderr line per event: acquired, waiting, renewal failed, lost, released,
+//! each with the time it happened (RFC 3339, UTC, to the millisecond). Renewal
+//! failures come from the client crate's `tracing` events, which also say why a
+//! lock was lost ([`renewals`]).
 //!
 //! Every line the CLI prints goes through [`line()`] or [`out`], which never panic:
 //! `eprintln!` and `println!` panic when the terminal is gone (EIO after a closed
@@ -9,6 +11,8 @@
 
 use std::fmt::Write as _;
 use std::io::Write as _;
+use std::sync::Mutex;
+use std::time::SystemTime;
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -58,22 +62,62 @@ impl Events {
         Events { quiet }
     }
 
+    /// Writes an event line: `redis-lock: <time> {text}`, unless `--quiet`.
     pub fn say(&self, text: impl std::fmt::Display) {
         if !self.quiet {
-            line(text);
+            line(format_args!("{} {text}", now()));
         }
     }
 
-    /// Prints the client's renewal failures as event lines.
+    pub fn quiet(&self) -> bool {
+        self.quiet
+    }
+
+    /// Prints the client's renewal failures as event lines (unless quiet), and keeps
+    /// what it says about renewals for [`renewals`].
     pub fn install_tracing(&self) {
-        if !self.quiet {
-            let _ = tracing::subscriber::set_global_default(RenewalFailures);
-        }
+        let _ = tracing::subscriber::set_global_default(RenewalFailures { quiet: self.quiet });
     }
 }
 
-/// A subscriber that prints only `lock renewal failed`.
-struct RenewalFailures;
+/// Now, as event lines show it: RFC 3339 in UTC, to the millisecond.
+fn now() -> humantime::Rfc3339Timestamp {
+    humantime::format_rfc3339_millis(SystemTime::now())
+}
+
+/// What the client crate said about the renewals of the lock held (`run` holds one).
+#[derive(Debug, Clone, Default)]
+pub struct Renewals {
+    /// The error of the latest failed renewal.
+    pub last_error: Option<String>,
+    /// Why the lock was lost, as the client saw it: a renewal answered that the
+    /// server no longer holds it, or none was acknowledged before the lease's
+    /// deadline.
+    pub lost: Option<Lost>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lost {
+    /// A renewal was answered 0.
+    Refused,
+    /// No renewal was acknowledged before the lease ran out.
+    RanOut,
+}
+
+static RENEWALS: Mutex<Renewals> = Mutex::new(Renewals {
+    last_error: None,
+    lost: None,
+});
+
+/// What the client crate said so far about the held lock's renewals.
+pub fn renewals() -> Renewals {
+    RENEWALS.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// A subscriber that prints only `lock renewal failed`, and keeps the loss's cause.
+struct RenewalFailures {
+    quiet: bool,
+}
 
 #[derive(Default)]
 struct Fields {
@@ -113,11 +157,29 @@ impl Subscriber for RenewalFailures {
     fn event(&self, event: &Event<'_>) {
         let mut fields = Fields::default();
         event.record(&mut fields);
+        let mut renewals = RENEWALS.lock().unwrap_or_else(|e| e.into_inner());
+        // The client crate's words (client/src/lock.rs, renew.rs).
         if fields.message == "lock renewal failed" {
-            line(format_args!(
-                "renew failed for {}: {} ({} ms of the lease left)",
-                fields.key, fields.error, fields.remaining_ms
-            ));
+            renewals.last_error = Some(fields.error.clone());
+            if !self.quiet {
+                line(format_args!(
+                    "{} renew failed for {}: {} ({} ms of the lease left)",
+                    now(),
+                    fields.key,
+                    fields.error,
+                    fields.remaining_ms
+                ));
+            }
+        } else if fields
+            .message
+            .starts_with("lock lost: the server no longer holds it")
+        {
+            renewals.lost = Some(Lost::Refused);
+        } else if fields
+            .message
+            .starts_with("lock lost: no renewal was acknowledged")
+        {
+            renewals.lost = Some(Lost::RanOut);
         }
     }
     fn enter(&self, _: &Id) {}

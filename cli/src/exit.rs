@@ -34,19 +34,46 @@ pub fn set_server(described: String) {
     let _ = SERVER.set(described);
 }
 
+/// A redis-rs error as people read it: a server's error as Redis writes it
+/// (`ERR unknown command …`), others without the `- KindName` redis-rs puts in
+/// its own text.
+pub fn plain(error: &redis::RedisError) -> String {
+    if let Some(code) = error.code() {
+        return match error.detail() {
+            Some(detail) => format!("{code} {detail}"),
+            None => code.to_string(),
+        };
+    }
+    let kind = format!(" - {:?}", error.kind());
+    error.to_string().replacen(&kind, "", 1)
+}
+
+/// The text of `error`, with any redis-rs error in it as [`plain`] writes it.
+pub fn describe(error: &Error) -> String {
+    let text = error.to_string();
+    match error {
+        Error::Connection(cause)
+        | Error::Server(cause)
+        | Error::WrongType(cause)
+        | Error::ModuleNotLoaded(cause)
+        | Error::ResponseTimeout(cause) => text.replacen(&cause.to_string(), &plain(cause), 1),
+        _ => text,
+    }
+}
+
 /// Prints the one-line cause of `error` for `key` and returns its status.
 pub fn failure(error: &Error, key: &str) -> i32 {
     let (status, line) = match error {
         Error::Connection(cause) => (
             NO_SERVER,
             match SERVER.get() {
-                Some(server) => format!("cannot reach the server at {server}: {cause}"),
-                None => format!("cannot reach the server: {cause}"),
+                Some(server) => format!("cannot reach the server at {server}: {}", plain(cause)),
+                None => format!("cannot reach the server: {}", plain(cause)),
             },
         ),
-        Error::WaitUnanswered { .. } => (NO_SERVER, error.to_string()),
+        Error::WaitUnanswered { .. } => (NO_SERVER, describe(error)),
         Error::ModuleNotLoaded(_) | Error::NoBackend(_) | Error::LibraryTooOld { .. } => {
-            (NO_MODULE, error.to_string())
+            (NO_MODULE, describe(error))
         }
         Error::WrongType(_) => (
             WRONG_TYPE,
@@ -60,7 +87,7 @@ pub fn failure(error: &Error, key: &str) -> i32 {
                 cause.detail().unwrap_or_default()
             ),
         ),
-        other => (SOFTWARE, other.to_string()),
+        other => (SOFTWARE, describe(other)),
     };
     events::line(line);
     status
@@ -71,4 +98,25 @@ pub fn failure(error: &Error, key: &str) -> i32 {
 /// `lock.max-ttl`), which only the server knows.
 fn refused_argument(error: &redis::RedisError) -> bool {
     error.code() == Some("ERR") && error.detail().is_some_and(|d| d.starts_with("invalid "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_rs_errors_lose_their_kind_names() {
+        let server = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "This instance has cluster support disabled".to_string(),
+        ));
+        let text = describe(&Error::Server(server));
+        assert!(!text.contains("ResponseError"), "{text}");
+        let config = redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "Redis URL did not parse",
+        ));
+        assert_eq!(plain(&config), "Redis URL did not parse");
+    }
 }

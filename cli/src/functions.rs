@@ -9,7 +9,9 @@ use crate::exit;
 pub async fn load_library<K: Connector>(locks: LockClient<K>, events: &Events) -> i32 {
     match locks.load_library().await {
         Ok(version) => {
-            if events::out(&format!("loaded the redislock library, version {version}")) {
+            if events::out(&format!(
+                "loaded the redislock library, version {version}\n"
+            )) {
                 0
             } else {
                 exit::OUTPUT

@@ -4,6 +4,8 @@
 //! ```text
 //! redis-lock run --ttl 2m report:daily -- /usr/local/bin/build-report
 //! redis-lock info report:daily --json
+//! redis-lock list 'report:*'
+//! redis-lock stats --interval 1s
 //! redis-lock release report:daily --owner worker-7
 //! redis-lock functions load --url rediss://my-elasticache:6379/   # no module there
 //! ```
@@ -15,14 +17,19 @@ mod fault;
 mod functions;
 mod group;
 mod info;
+mod list;
+mod nodes;
 mod release;
 mod run;
+mod stats;
+mod why;
 
 use clap::Parser;
-use redis_lock_client::{Connector, LockClient, Sentinel, LIBRARY_SOURCE};
+use redis_lock_client::{LockClient, Sentinel, LIBRARY_SOURCE};
 
 use args::{Cli, Command, Functions, Target};
 use events::Events;
+use nodes::Nodes;
 
 fn main() {
     let cli = match Cli::try_parse() {
@@ -104,10 +111,12 @@ async fn dispatch(cli: Cli, events: Events) -> i32 {
     }
 }
 
-async fn on<K: Connector>(locks: LockClient<K>, command: Command, events: Events) -> i32 {
+async fn on<K: Nodes>(locks: LockClient<K>, command: Command, events: Events) -> i32 {
     match command {
         Command::Run(args) => run::run(locks, args, events).await,
         Command::Info { key, json } => info::info(locks, &key, json).await,
+        Command::List(args) => list::list(locks, args).await,
+        Command::Stats(args) => stats::stats(locks, args).await,
         Command::Release { key, owner } => release::release(locks, &key, &owner, &events).await,
         Command::Functions { .. } => functions::load_library(locks, &events).await,
     }

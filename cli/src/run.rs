@@ -5,7 +5,7 @@
 use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis_lock_client::{Connector, Lock, LockClient, Request, Wait};
 use tokio::process::{Child, Command};
@@ -15,6 +15,7 @@ use crate::args::RunArgs;
 use crate::events::{self, Events};
 use crate::exit;
 use crate::group::{self, Group};
+use crate::why;
 
 /// How long the final release may take before the lock is left to its TTL.
 const RELEASE_LIMIT: Duration = Duration::from_secs(2);
@@ -37,20 +38,11 @@ pub async fn run<K: Connector>(locks: LockClient<K>, args: RunArgs, events: Even
     if let Some(owner) = &args.owner {
         request = request.owner(owner.as_str());
     }
-    match wait {
-        Wait::No => {}
-        Wait::For(limit) => events.say(format_args!(
-            "waiting for {} (up to {})",
-            args.key,
-            humantime::format_duration(limit)
-        )),
-        _ => events.say(format_args!("waiting for {}", args.key)),
-    }
-    let acquire = locks.acquire_with(request);
-    tokio::pin!(acquire);
+    let acquiring = acquire(&locks, request, wait, &args.key, &events);
+    tokio::pin!(acquiring);
     let acquired = loop {
         tokio::select! {
-            acquired = &mut acquire => break acquired,
+            acquired = &mut acquiring => break acquired,
             number = signals.next() => {
                 if is_stop(number) {
                     // Nothing runs under the lock yet: stop, and wait on once resumed.
@@ -66,13 +58,16 @@ pub async fn run<K: Connector>(locks: LockClient<K>, args: RunArgs, events: Even
             }
         }
     };
-    let lock = match acquired {
-        Ok(Some(lock)) => lock,
-        Ok(None) => return busy(&locks, &args, &events).await,
-        Err(error) => return exit::failure(&error, &args.key),
+    let (lock, waited) = match acquired {
+        (Ok(Some(lock)), waited) => (lock, waited),
+        (Ok(None), _) => return busy(&locks, &args, &events).await,
+        (Err(error), _) => return exit::failure(&error, &args.key),
     };
+    let waited = waited.map_or_else(String::new, |since| {
+        format!(", waited {:.1} s", since.elapsed().as_secs_f64())
+    });
     events.say(format_args!(
-        "acquired {} with token {} (owner {}, ttl {})",
+        "acquired {} with token {} (owner {}, ttl {}){waited}",
         lock.key(),
         lock.token(),
         events::escaped(lock.owner().as_bytes()),
@@ -98,7 +93,12 @@ pub async fn run<K: Connector>(locks: LockClient<K>, args: RunArgs, events: Even
     let code = match Group::led_by(child.id()) {
         Some(group) => {
             group.stop_on_panic(args.kill_after);
-            let code = supervise(&mut child, group, &lock, &args, &mut signals, &events).await;
+            let watch = Watch {
+                lock: &lock,
+                args: &args,
+                events: &events,
+            };
+            let code = supervise(&mut child, group, &locks, watch, &mut signals).await;
             Group::forget_on_panic();
             code
         }
@@ -110,17 +110,52 @@ pub async fn run<K: Connector>(locks: LockClient<K>, args: RunArgs, events: Even
     code
 }
 
+/// Takes the lock as `request` says. A request that waits first asks without
+/// waiting, so that "waiting" is said only when the lock is busy; then it queues.
+/// The answer, and since when it waited (if it did).
+async fn acquire<K: Connector>(
+    locks: &LockClient<K>,
+    request: Request,
+    wait: Wait,
+    key: &str,
+    events: &Events,
+) -> (redis_lock_client::Result<Option<Lock>>, Option<Instant>) {
+    if matches!(wait, Wait::No) || wait == Wait::For(Duration::ZERO) {
+        return (locks.acquire_with(request).await, None);
+    }
+    match locks.acquire_with(request.clone().wait(Wait::No)).await {
+        Ok(None) => {}
+        answer => return (answer, None),
+    }
+    let since = Instant::now();
+    match wait {
+        Wait::For(limit) => events.say(format_args!(
+            "waiting for {key}: it is busy (waiting up to {})",
+            humantime::format_duration(limit)
+        )),
+        _ => events.say(format_args!("waiting for {key}: it is busy")),
+    }
+    (locks.acquire_with(request).await, Some(since))
+}
+
+/// What `supervise` watches over, and where it reports.
+struct Watch<'a> {
+    lock: &'a Lock,
+    args: &'a RunArgs,
+    events: &'a Events,
+}
+
 /// Watches the command's group until it is done with the lock: the command exited
 /// and (unless --no-wait-group) every process of its group too; or the lock was
 /// lost and the whole group is gone. Passes signals on to the group meanwhile.
-async fn supervise(
+async fn supervise<K: Connector>(
     child: &mut Child,
     group: Group,
-    lock: &Lock,
-    args: &RunArgs,
+    locks: &LockClient<K>,
+    watch: Watch<'_>,
     signals: &mut Signals,
-    events: &Events,
 ) -> i32 {
+    let Watch { lock, args, events } = watch;
     let lost = lock.signal();
     let mut exited: Option<i32> = None;
     let mut told_of_survivors = false;
@@ -148,11 +183,15 @@ async fn supervise(
             }
             () = group_done => return exited.unwrap_or(exit::SOFTWARE),
             () = lost.lost() => {
-                events.say(format_args!(
-                    "lost {} (the server no longer holds it, or no renewal was acknowledged \
-                     before the lease ran out): SIGTERM to the command's group",
-                    lock.key()
-                ));
+                // The group is told first; finding out why may take a round trip.
+                terminate(group);
+                if !events.quiet() {
+                    let cause = why::lost(locks, lock).await;
+                    events.say(format_args!(
+                        "lost {} ({cause}): SIGTERM to the command's group",
+                        lock.key()
+                    ));
+                }
                 stop(child, exited.is_some(), group, args.kill_after, events).await;
                 return i32::from(args.lost_exit);
             }
@@ -179,7 +218,13 @@ async fn supervise(
     }
 }
 
-/// SIGTERM to the group, SIGKILL to the group after `kill_after`; returns once the
+/// SIGTERM to the group (and SIGCONT: a stopped process acts on it only then).
+fn terminate(group: Group) {
+    group.signal(libc::SIGTERM);
+    group.signal(libc::SIGCONT);
+}
+
+/// After [`terminate`], SIGKILL to the group after `kill_after`; returns once the
 /// command was waited for and no process of its group is left.
 async fn stop(
     child: &mut Child,
@@ -188,8 +233,6 @@ async fn stop(
     kill_after: Duration,
     events: &Events,
 ) {
-    group.signal(libc::SIGTERM);
-    group.signal(libc::SIGCONT);
     let gone = async {
         if !exited {
             let _ = child.wait().await;
@@ -249,20 +292,11 @@ fn status_code(status: std::io::Result<ExitStatus>) -> i32 {
 }
 
 async fn busy<K: Connector>(locks: &LockClient<K>, args: &RunArgs, events: &Events) -> i32 {
-    let holder = match locks.lock_info(&args.key).await {
-        Ok(Some(info)) => format!(
-            ": held by {} (token {}, {} left)",
-            events::escaped(info.owner.as_bytes()),
-            info.token,
-            info.ttl
-                .map_or("no expiry".into(), |t| humantime::format_duration(
-                    Duration::from_millis(t.as_millis() as u64)
-                )
-                .to_string())
-        ),
+    let why = match locks.lock_info(&args.key).await {
+        Ok(Some(info)) => why::busy(&info, args.limit),
         _ => String::new(),
     };
-    events.say(format_args!("{} is busy{holder}", args.key));
+    events.say(format_args!("{} is busy{why}", args.key));
     i32::from(args.busy_exit)
 }
 
@@ -274,8 +308,9 @@ async fn release<K: Connector>(locks: &LockClient<K>, lock: &Lock, events: &Even
             lock.key()
         )),
         Ok(Err(error)) => events.say(format_args!(
-            "release of {} failed, it lapses with its TTL: {error}",
-            lock.key()
+            "release of {} failed, it lapses with its TTL: {}",
+            lock.key(),
+            exit::describe(&error)
         )),
         Err(_) => events.say(format_args!(
             "release of {} got no answer, it lapses with its TTL",

@@ -62,6 +62,33 @@ impl Backend {
         self != Backend::Module
     }
 
+    /// The command that asks who holds `key` on this backend (`LOCK.INFO key`,
+    /// `FCALL_RO lock_info 1 key`, or its `EVALSHA`), for callers that pipeline it;
+    /// [`LockInfo::from_reply`](crate::LockInfo::from_reply) reads the answer. The
+    /// scripts backend needs the library sent first (`SCRIPT LOAD` of
+    /// [`library_script`]).
+    pub fn info_command(self, key: &[u8]) -> Cmd {
+        // By hand rather than through `call`: a key found by SCAN is any bytes.
+        let mut cmd = match self {
+            Backend::Module => redis::cmd("LOCK.INFO"),
+            Backend::Functions => {
+                let mut cmd = redis::cmd("FCALL_RO");
+                cmd.arg("lock_info").arg(1);
+                cmd
+            }
+            Backend::Scripts => {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(script_sha()).arg(1);
+                cmd
+            }
+        };
+        cmd.arg(key);
+        if self == Backend::Scripts {
+            cmd.arg("lock_info");
+        }
+        cmd
+    }
+
     /// The command that makes library call `function` (`lock_acquire`, …) on `key`
     /// (none for `lock_version`) with `args`, on this backend.
     pub(crate) fn call(self, function: &str, key: Option<&str>, args: &[Vec<u8>]) -> Cmd {
@@ -195,6 +222,17 @@ mod tests {
             ["EVALSHA", sha.as_str(), "1", "job", "lock_info"]
         );
         assert_eq!(sha.len(), 40);
+    }
+
+    #[test]
+    fn the_info_command_is_the_info_call() {
+        for backend in Backend::ALL {
+            assert_eq!(
+                words(&backend.info_command(b"job")),
+                words(&backend.call("lock_info", Some("job"), &[])),
+                "{backend}"
+            );
+        }
     }
 
     #[test]

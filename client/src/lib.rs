@@ -64,25 +64,14 @@ mod sync;
 
 pub use aio::{AsyncLockCommands, AsyncLockGuard};
 pub use backend::{function_load, library_script, Backend, LIBRARY_SOURCE};
-pub use blocking::{BlockingLockClient, BlockingLockGuard};
+pub use blocking::BlockingLockClient;
 pub use connector::{Connector, LockClient, WAIT_MARGIN};
 pub use error::{Error, Result};
 pub use lease::{margin, LockLost};
-pub use lock::{Holder, Lock, LockInfo, Mode, Owner, Queued};
+pub use lock::{Holder, Lock, LockInfo, Mode, Owner, Waiter};
 pub use redis_lock_core::protocol::LIBRARY_VERSION;
 pub use redlock::{MultiLock, Redlock};
 pub use renew::{AsyncRenewer, Renewer, STOP_LIMIT};
 pub use request::{fresh_owner, Durable, Request, Retry, Wait, MAX_MILLIS, MAX_PERMITS};
 pub use sentinel::Sentinel;
 pub use sync::{LockCommands, LockGuard, Locked};
-
-/// `docs/rust-client.md`, so that `cargo test --doc` compiles every `rust` example
-/// of the page.
-#[cfg(doctest)]
-#[doc = include_str!("../../docs/rust-client.md")]
-pub struct RustClientPage;
-
-/// The top README.md, so that `cargo test --doc` compiles its Rust example too.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-pub struct Readme;

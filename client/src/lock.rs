@@ -256,7 +256,7 @@ impl PartialEq<&[u8]> for Owner {
 }
 
 /// One holding of a lock, as `LOCK.INFO` reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Holder {
     /// Who holds it.
@@ -265,8 +265,24 @@ pub struct Holder {
     pub ttl: Option<Duration>,
     /// Its fencing token.
     pub token: i64,
-    /// The `LIMIT` a shared holding was granted with (a semaphore's permits).
-    pub limit: Option<u32>,
+    /// The permits of a holding granted with `LIMIT n` (`None`: none given, or a
+    /// server that does not report it).
+    pub limit: Option<u64>,
+}
+
+/// A client queued for a lock, as `LOCK.INFO`'s `queue` reports it (first waiters
+/// first; servers that do not report the queue leave it empty).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Waiter {
+    /// Who waits.
+    pub owner: Owner,
+    /// The mode it asked for.
+    pub mode: Mode,
+    /// The permits it asked for with `LIMIT n`.
+    pub limit: Option<u64>,
+    /// How long it has waited so far.
+    pub waited: Duration,
 }
 
 /// What `LOCK.INFO` says about a held lock.
@@ -296,23 +312,16 @@ pub struct LockInfo {
     pub mode: Mode,
     /// Every holding, oldest first: one for an exclusive lock.
     pub holders: Vec<Holder>,
-    /// The first waiters (up to 10 of `waiters`), longest-waiting first; empty from a
-    /// server that does not list them.
-    pub queue: Vec<Queued>,
+    /// The first clients queued, in order, where the server reports them.
+    pub queue: Vec<Waiter>,
 }
 
-/// One waiter of a lock, as `LOCK.INFO` lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Queued {
-    /// The owner it asks for the lock as.
-    pub owner: Owner,
-    /// What it asks for.
-    pub mode: Mode,
-    /// Its `LIMIT` (a semaphore's permits), if it gave one.
-    pub limit: Option<u32>,
-    /// How long it has waited.
-    pub waited: Duration,
+impl LockInfo {
+    /// Reads a `LOCK.INFO` reply (or the library's `lock_info`): `None` for a free
+    /// lock. For callers that send the command themselves, e.g. in a pipeline.
+    pub fn from_reply(value: Value) -> Result<Option<LockInfo>> {
+        parse_info(value)
+    }
 }
 
 /// Reads a LOCK.INFO reply: null, a RESP3 map or a RESP2 flat array; with a
@@ -324,14 +333,9 @@ pub(crate) fn parse_info(value: Value) -> Result<Option<LockInfo>> {
     let mut mode = Mode::Exclusive;
     let mut holders = Vec::new();
     let mut waiters = 0;
-    let mut single = Holder {
-        owner: Owner::default(),
-        ttl: None,
-        token: 0,
-        limit: None,
-    };
-    let mut listed = false;
     let mut queue = Vec::new();
+    let mut single = Holder::default();
+    let mut listed = false;
     for (name, value) in fields {
         match field_name(name)?.as_str() {
             "mode" => {
@@ -350,26 +354,14 @@ pub(crate) fn parse_info(value: Value) -> Result<Option<LockInfo>> {
                 }
             }
             "waiters" => waiters = redis::from_redis_value(value).map_err(unexpected)?,
-            "queue" => {
-                // An empty list from the library can arrive as an empty RESP3 map.
-                if let Value::Array(list) = value {
-                    for waiter in list {
-                        queue.push(parse_queued(waiter)?);
-                    }
-                }
-            }
+            "queue" => queue = parse_queue(value),
             name => holder_field(&mut single, name, value)?,
         }
     }
     if !listed {
         holders.push(single);
     }
-    let first = holders.first().cloned().unwrap_or(Holder {
-        owner: Owner::default(),
-        ttl: None,
-        token: 0,
-        limit: None,
-    });
+    let first = holders.first().cloned().unwrap_or_default();
     Ok(Some(LockInfo {
         owner: first.owner,
         ttl: first.ttl,
@@ -381,43 +373,58 @@ pub(crate) fn parse_info(value: Value) -> Result<Option<LockInfo>> {
     }))
 }
 
-fn parse_queued(value: Value) -> Result<Queued> {
-    let mut queued = Queued {
-        owner: Owner::default(),
-        mode: Mode::Exclusive,
-        limit: None,
-        waited: Duration::ZERO,
+/// The `queue` field: each waiter's `owner`, `mode`, `limit` and `waited` (ms).
+/// Entries or fields of another shape are skipped: the queue is for people to read,
+/// and a reply a newer server shapes differently must not make the whole info fail.
+fn parse_queue(value: Value) -> Vec<Waiter> {
+    let Ok(list) = redis::from_redis_value::<Vec<Value>>(value) else {
+        return Vec::new();
     };
-    for (name, value) in pairs(value)?.unwrap_or_default() {
-        match field_name(name)?.as_str() {
-            "owner" => {
-                let bytes: Vec<u8> = redis::from_redis_value(value).map_err(unexpected)?;
-                queued.owner = Owner(bytes);
-            }
-            "mode" => {
-                let name: String = redis::from_redis_value(value).map_err(unexpected)?;
-                if name == "shared" {
-                    queued.mode = Mode::Shared;
+    let mut queue = Vec::new();
+    for entry in list {
+        let Ok(Some(fields)) = pairs(entry) else {
+            continue;
+        };
+        let mut waiter = Waiter {
+            owner: Owner::default(),
+            mode: Mode::Exclusive,
+            limit: None,
+            waited: Duration::ZERO,
+        };
+        for (name, value) in fields {
+            let Ok(name) = field_name(name) else {
+                continue;
+            };
+            match name.as_str() {
+                "owner" => {
+                    if let Ok(bytes) = redis::from_redis_value::<Vec<u8>>(value) {
+                        waiter.owner = Owner(bytes);
+                    }
                 }
+                "mode" => {
+                    let shared =
+                        redis::from_redis_value::<String>(value).is_ok_and(|m| m == "shared");
+                    waiter.mode = if shared {
+                        Mode::Shared
+                    } else {
+                        Mode::Exclusive
+                    };
+                }
+                "limit" => waiter.limit = redis::from_redis_value(value).ok(),
+                "waited" => {
+                    let ms = redis::from_redis_value::<u64>(value).unwrap_or(0);
+                    waiter.waited = Duration::from_millis(ms);
+                }
+                _ => {}
             }
-            "limit" => queued.limit = Some(redis::from_redis_value(value).map_err(unexpected)?),
-            "waited" => {
-                let ms: i64 = redis::from_redis_value(value).map_err(unexpected)?;
-                queued.waited = Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-            }
-            _ => {} // fields a newer server adds
         }
+        queue.push(waiter);
     }
-    Ok(queued)
+    queue
 }
 
 fn parse_holder(value: Value) -> Result<Holder> {
-    let mut holder = Holder {
-        owner: Owner::default(),
-        ttl: None,
-        token: 0,
-        limit: None,
-    };
+    let mut holder = Holder::default();
     for (name, value) in pairs(value)?.unwrap_or_default() {
         holder_field(&mut holder, &field_name(name)?, value)?;
     }
@@ -435,7 +442,7 @@ fn holder_field(holder: &mut Holder, name: &str, value: Value) -> Result<()> {
             holder.ttl = u64::try_from(ms).ok().map(Duration::from_millis);
         }
         "token" => holder.token = redis::from_redis_value(value).map_err(unexpected)?,
-        "limit" => holder.limit = Some(redis::from_redis_value(value).map_err(unexpected)?),
+        "limit" => holder.limit = redis::from_redis_value(value).map_err(unexpected)?,
         _ => {} // fields a newer server adds
     }
     Ok(())
@@ -488,15 +495,6 @@ mod tests {
             (bulk("ttl"), Value::Int(1500)),
             (bulk("token"), Value::Int(42)),
             (bulk("waiters"), Value::Int(2)),
-            (
-                bulk("queue"),
-                Value::Array(vec![Value::Map(vec![
-                    (bulk("owner"), bulk("next")),
-                    (bulk("mode"), bulk("shared")),
-                    (bulk("limit"), Value::Int(3)),
-                    (bulk("waited"), Value::Int(250)),
-                ])]),
-            ),
         ];
         let flat = Value::Array(
             fields
@@ -517,12 +515,7 @@ mod tests {
             waiters: 2,
             mode: Mode::Exclusive,
             holders: vec![holder],
-            queue: vec![Queued {
-                owner: "next".into(),
-                mode: Mode::Shared,
-                limit: Some(3),
-                waited: Duration::from_millis(250),
-            }],
+            queue: Vec::new(),
         };
         assert_eq!(
             parse_info(Value::Map(fields)).unwrap(),
@@ -563,6 +556,54 @@ mod tests {
             .map(|h| (h.owner.to_string(), h.token))
             .collect();
         assert_eq!(owners, [("a".to_string(), 7), ("b".to_string(), 8)]);
+    }
+
+    #[test]
+    fn info_reads_a_holding_s_limit_and_the_queue_where_reported() {
+        let map = |fields: Vec<(&str, Value)>| {
+            Value::Map(fields.into_iter().map(|(k, v)| (bulk(k), v)).collect())
+        };
+        let reply = map(vec![
+            ("mode", bulk("shared")),
+            (
+                "holders",
+                Value::Array(vec![map(vec![
+                    ("owner", bulk("a")),
+                    ("ttl", Value::Int(900)),
+                    ("token", Value::Int(7)),
+                    ("limit", Value::Int(3)),
+                ])]),
+            ),
+            ("waiters", Value::Int(2)),
+            (
+                "queue",
+                Value::Array(vec![
+                    map(vec![
+                        ("owner", bulk("w1")),
+                        ("mode", bulk("exclusive")),
+                        ("waited", Value::Int(1200)),
+                    ]),
+                    map(vec![
+                        ("owner", bulk("w2")),
+                        ("mode", bulk("shared")),
+                        ("limit", Value::Int(3)),
+                        ("waited", Value::Int(40)),
+                        ("since", Value::Int(1)),
+                    ]),
+                    Value::Int(5),
+                ]),
+            ),
+        ]);
+        let info = parse_info(reply).unwrap().unwrap();
+        assert_eq!(info.holders[0].limit, Some(3));
+        assert_eq!(info.queue.len(), 2, "an entry of another shape is skipped");
+        assert_eq!(info.queue[0].owner, "w1");
+        assert_eq!(info.queue[0].mode, Mode::Exclusive);
+        assert_eq!(info.queue[0].waited, Duration::from_millis(1200));
+        assert_eq!(
+            (info.queue[1].mode, info.queue[1].limit),
+            (Mode::Shared, Some(3))
+        );
     }
 
     #[test]
