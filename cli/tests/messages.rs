@@ -234,3 +234,42 @@ fn help_shows_the_connection_options_under_a_heading_of_their_own() {
         assert!(!before.contains("--url"), "{args:?}: {text}");
     }
 }
+
+#[test]
+fn info_shows_a_semaphore_s_limit_and_who_waits_for_how_long() {
+    let server = common::lock_server();
+    take(&server, "exports", "p1", 60_000, &["LIMIT", "2"]);
+    take(&server, "exports", "p2", 60_000, &["LIMIT", "2"]);
+    let mut waiter = redis_lock(&server.url())
+        .args([
+            "run", "--limit", "2", "--wait", "30s", "--owner", "w1", "exports",
+        ])
+        .args(["--", "true"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-lock run");
+    let info = || {
+        let output = redis_lock(&server.url())
+            .args(["info", "exports"])
+            .output()
+            .expect("redis-lock info");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut text = info();
+    while !text.contains("queued 1") && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        text = info();
+    }
+    let _ = waiter.kill();
+    let _ = waiter.wait();
+    assert!(
+        text.contains("owner p1") && text.contains("limit 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("queued 1: w1 (one of 2 permits), waited "),
+        "{text}"
+    );
+}
