@@ -243,6 +243,13 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_shared_holding_with_its_limit_is_64_bytes() {
+        // Token, expiry, a 36-byte owner inline, and the limit: a holding's limit
+        // costs 8 of them.
+        assert_eq!(std::mem::size_of::<SharedHolding>(), 64);
+    }
+
     fn owners(holdings: &SharedHoldings) -> Vec<&[u8]> {
         holdings.iter().map(|h| h.owner.as_bytes()).collect()
     }
