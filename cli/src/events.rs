@@ -11,7 +11,6 @@
 
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::sync::Mutex;
 use std::time::SystemTime;
 
 use tracing::field::{Field, Visit};
@@ -73,8 +72,7 @@ impl Events {
         self.quiet
     }
 
-    /// Prints the client's renewal failures as event lines (unless quiet), and keeps
-    /// what it says about renewals for [`renewals`].
+    /// Prints the client's renewal failures as event lines (unless quiet).
     pub fn install_tracing(&self) {
         let _ = tracing::subscriber::set_global_default(RenewalFailures { quiet: self.quiet });
     }
@@ -85,36 +83,8 @@ fn now() -> humantime::Rfc3339Timestamp {
     humantime::format_rfc3339_millis(SystemTime::now())
 }
 
-/// What the client crate said about the renewals of the lock held (`run` holds one).
-#[derive(Debug, Clone, Default)]
-pub struct Renewals {
-    /// The error of the latest failed renewal.
-    pub last_error: Option<String>,
-    /// Why the lock was lost, as the client saw it: a renewal answered that the
-    /// server no longer holds it, or none was acknowledged before the lease's
-    /// deadline.
-    pub lost: Option<Lost>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lost {
-    /// A renewal was answered 0.
-    Refused,
-    /// No renewal was acknowledged before the lease ran out.
-    RanOut,
-}
-
-static RENEWALS: Mutex<Renewals> = Mutex::new(Renewals {
-    last_error: None,
-    lost: None,
-});
-
-/// What the client crate said so far about the held lock's renewals.
-pub fn renewals() -> Renewals {
-    RENEWALS.lock().unwrap_or_else(|e| e.into_inner()).clone()
-}
-
-/// A subscriber that prints only `lock renewal failed`, and keeps the loss's cause.
+/// A subscriber that prints only `lock renewal failed` (the lock says why it was
+/// lost itself: `Lock::cause`).
 struct RenewalFailures {
     quiet: bool,
 }
@@ -157,29 +127,15 @@ impl Subscriber for RenewalFailures {
     fn event(&self, event: &Event<'_>) {
         let mut fields = Fields::default();
         event.record(&mut fields);
-        let mut renewals = RENEWALS.lock().unwrap_or_else(|e| e.into_inner());
-        // The client crate's words (client/src/lock.rs, renew.rs).
-        if fields.message == "lock renewal failed" {
-            renewals.last_error = Some(fields.error.clone());
-            if !self.quiet {
-                line(format_args!(
-                    "{} renew failed for {}: {} ({} ms of the lease left)",
-                    now(),
-                    fields.key,
-                    fields.error,
-                    fields.remaining_ms
-                ));
-            }
-        } else if fields
-            .message
-            .starts_with("lock lost: the server no longer holds it")
-        {
-            renewals.lost = Some(Lost::Refused);
-        } else if fields
-            .message
-            .starts_with("lock lost: no renewal was acknowledged")
-        {
-            renewals.lost = Some(Lost::RanOut);
+        // The client crate's words (client/src/renew.rs).
+        if fields.message == "lock renewal failed" && !self.quiet {
+            line(format_args!(
+                "{} renew failed for {}: {} ({} ms of the lease left)",
+                now(),
+                fields.key,
+                fields.error,
+                fields.remaining_ms
+            ));
         }
     }
     fn enter(&self, _: &Id) {}

@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use redis_lock_client::{Connector, Lock, LockClient, LockInfo, Mode};
+use redis_lock_client::{Connector, Lock, LockClient, LockInfo, LossCause, Mode};
 
-use crate::events::{self, Lost};
+use crate::events;
 
 /// How long a question to the server about a lost lock may take.
 const ASK_LIMIT: Duration = Duration::from_secs(2);
@@ -56,18 +56,21 @@ pub fn busy(info: &LockInfo, limit: Option<u32>) -> String {
     }
 }
 
-/// Why the lock was lost, in words: what the client's renewer saw (it says so
-/// within moments of the loss signal), and for a renewal answered 0 what the server
-/// has at the key now.
+/// Why the lock was lost, in words: what the client saw (`Lock::cause`; a renewal
+/// in flight when the lease ran out may still be answered 0, so a lease run out is
+/// given that long to say more), and for a renewal answered 0 what the server has at
+/// the key now.
 pub async fn lost<K: Connector>(locks: &LockClient<K>, lock: &Lock) -> String {
     let deadline = Instant::now() + LOSS_ACCOUNT_LIMIT;
-    let mut said = events::renewals();
-    while said.lost.is_none() && Instant::now() < deadline {
+    let mut cause = lock.cause();
+    while !matches!(cause, Some(LossCause::Refused | LossCause::Released))
+        && Instant::now() < deadline
+    {
         tokio::time::sleep(Duration::from_millis(5)).await;
-        said = events::renewals();
+        cause = lock.cause();
     }
-    match said.lost {
-        Some(Lost::Refused) => {
+    match cause {
+        Some(LossCause::Refused) => {
             let now = match tokio::time::timeout(ASK_LIMIT, locks.lock_info(lock.key())).await {
                 Ok(Ok(None)) => "; the key no longer exists: deleted, or expired".to_string(),
                 Ok(Ok(Some(info))) => format!(
@@ -76,15 +79,10 @@ pub async fn lost<K: Connector>(locks: &LockClient<K>, lock: &Lock) -> String {
                 ),
                 _ => String::new(),
             };
-            format!("a renewal was answered 0: the server no longer holds it for this owner{now}")
+            format!("{}{now}", LossCause::Refused)
         }
-        _ => {
-            let mut text = "no renewal was acknowledged before the lease ran out".to_string();
-            if let Some(error) = said.last_error {
-                text.push_str(&format!("; the last renewal failed: {error}"));
-            }
-            text
-        }
+        Some(cause) => cause.to_string(),
+        None => LossCause::LeaseRanOut { last_error: None }.to_string(),
     }
 }
 

@@ -43,14 +43,65 @@ pub(crate) struct Lease {
     changed: watch::Sender<()>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct State {
     /// When the last acknowledged acquire or extend was sent.
     sent: Instant,
     ttl: Duration,
     valid_until: Instant,
-    /// Set once the server said the lock is gone, or it was released.
-    ended: bool,
+    /// Set once the server said the lock is gone, or it was released, or the
+    /// renewer saw the lease run out: why it ended.
+    ended: Option<Ended>,
+    /// The last renewal's error, cleared by an acknowledged renewal.
+    last_error: Option<String>,
+}
+
+/// Why a lease ended before its deadline said so on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// A renewal (an extend) was answered 0.
+    Refused,
+    /// The renewer saw the deadline pass without an acknowledged renewal.
+    RanOut,
+    /// The holder released it.
+    Released,
+}
+
+/// Why a lock was lost, as its holder's client saw it ([`LockLost::cause`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossCause {
+    /// A renewal was answered 0: the server no longer holds it for this owner (it
+    /// expired there, was deleted, or another owner has it now).
+    Refused,
+    /// No renewal was acknowledged before the lease's local deadline, with the last
+    /// renewal's error if one failed (a lost connection, a timeout, an error reply).
+    LeaseRanOut {
+        /// The last renewal's error, if the last renewal failed.
+        last_error: Option<String>,
+    },
+    /// The holder released it.
+    Released,
+}
+
+impl std::fmt::Display for LossCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LossCause::Refused => {
+                f.write_str("a renewal was answered 0: the server no longer holds it for this owner")
+            }
+            LossCause::LeaseRanOut { last_error: None } => {
+                f.write_str("no renewal was acknowledged before the lease ran out")
+            }
+            LossCause::LeaseRanOut {
+                last_error: Some(error),
+            } => write!(
+                f,
+                "no renewal was acknowledged before the lease ran out; the last renewal failed: {error}"
+            ),
+            LossCause::Released => f.write_str("it was released"),
+        }
+    }
 }
 
 impl Lease {
@@ -60,7 +111,8 @@ impl Lease {
                 sent,
                 ttl,
                 valid_until: deadline(sent, ttl),
-                ended: false,
+                ended: None,
+                last_error: None,
             }),
             changed: watch::Sender::new(()),
         })
@@ -79,9 +131,10 @@ impl Lease {
     pub(crate) fn renewed(&self, sent: Instant, ttl: Duration) {
         {
             let mut state = self.state();
-            if state.ended || sent < state.sent || Instant::now() >= state.valid_until {
+            if state.ended.is_some() || sent < state.sent || Instant::now() >= state.valid_until {
                 return;
             }
+            state.last_error = None;
             state.sent = sent;
             state.ttl = ttl;
             state.valid_until = deadline(sent, ttl);
@@ -89,15 +142,37 @@ impl Lease {
         self.changed.send_replace(());
     }
 
-    /// The server no longer holds the lock for this owner, or it was released.
-    pub(crate) fn end(&self) {
-        self.state().ended = true;
+    /// The server no longer holds the lock for this owner, it was released, or the
+    /// renewer saw it run out: the first cause given stays.
+    pub(crate) fn end(&self, why: Ended) {
+        self.state().ended.get_or_insert(why);
         self.changed.send_replace(());
     }
 
     /// True once [`end`](Lease::end) was called (not merely run out).
     pub(crate) fn ended(&self) -> bool {
-        self.state().ended
+        self.state().ended.is_some()
+    }
+
+    /// A renewal failed with `error` (the lease may still hold).
+    pub(crate) fn renewal_failed(&self, error: String) {
+        self.state().last_error = Some(error);
+    }
+
+    /// Why the lease is lost; `None` while it holds.
+    pub(crate) fn cause(&self) -> Option<LossCause> {
+        let state = self.state();
+        match state.ended {
+            Some(Ended::Refused) => Some(LossCause::Refused),
+            Some(Ended::Released) => Some(LossCause::Released),
+            Some(Ended::RanOut) => Some(LossCause::LeaseRanOut {
+                last_error: state.last_error.clone(),
+            }),
+            None if Instant::now() >= state.valid_until => Some(LossCause::LeaseRanOut {
+                last_error: state.last_error.clone(),
+            }),
+            None => None,
+        }
     }
 
     pub(crate) fn ttl(&self) -> Duration {
@@ -111,7 +186,7 @@ impl Lease {
     /// The local deadline; in the past once the lock ended.
     pub(crate) fn valid_until(&self) -> Instant {
         let state = self.state();
-        if state.ended {
+        if state.ended.is_some() {
             state.sent.min(Instant::now())
         } else {
             state.valid_until
@@ -120,7 +195,7 @@ impl Lease {
 
     pub(crate) fn is_lost(&self) -> bool {
         let state = self.state();
-        state.ended || Instant::now() >= state.valid_until
+        state.ended.is_some() || Instant::now() >= state.valid_until
     }
 
     pub(crate) fn subscribe(&self) -> watch::Receiver<()> {
@@ -177,6 +252,11 @@ impl LockLost {
     /// The local deadline of the lease: the lock is safe to rely on until then.
     pub fn valid_until(&self) -> Instant {
         self.lease.valid_until()
+    }
+
+    /// Why the lock is lost, as this client saw it; `None` while it holds.
+    pub fn cause(&self) -> Option<LossCause> {
+        self.lease.cause()
     }
 
     /// Completes when the lock is lost: at the latest at the lease's deadline, however
@@ -236,8 +316,9 @@ mod tests {
         assert!(Lease::new(past, Duration::from_secs(5)).is_lost());
         let lease = Lease::new(Instant::now(), Duration::from_secs(60));
         assert!(!lease.is_lost());
-        lease.end();
+        lease.end(Ended::Refused);
         assert!(lease.is_lost());
+        assert_eq!(lease.cause(), Some(LossCause::Refused));
         assert!(lease.valid_until() <= Instant::now());
         lease.renewed(Instant::now(), Duration::from_secs(60));
         assert!(lease.is_lost(), "an ended lease stays ended");
@@ -246,6 +327,38 @@ mod tests {
         assert!(
             lapsed.is_lost(),
             "a late reply does not revive a lapsed lease"
+        );
+    }
+
+    #[test]
+    fn a_lease_says_why_it_was_lost() {
+        let lease = Lease::new(Instant::now(), Duration::from_secs(60));
+        assert_eq!(lease.cause(), None);
+        lease.renewal_failed("no reply in time".into());
+        assert_eq!(lease.cause(), None, "a failed renewal alone loses nothing");
+        lease.end(Ended::RanOut);
+        lease.end(Ended::Released);
+        assert_eq!(
+            lease.cause(),
+            Some(LossCause::LeaseRanOut {
+                last_error: Some("no reply in time".into())
+            }),
+            "the first cause stays"
+        );
+        let past = Instant::now() - Duration::from_secs(5);
+        let lapsed = Lease::new(past, Duration::from_secs(1));
+        assert_eq!(
+            lapsed.cause(),
+            Some(LossCause::LeaseRanOut { last_error: None })
+        );
+        let renewed = Lease::new(Instant::now(), Duration::from_secs(60));
+        renewed.renewal_failed("connection refused".into());
+        renewed.renewed(Instant::now(), Duration::from_secs(60));
+        renewed.end(Ended::RanOut);
+        assert_eq!(
+            renewed.cause(),
+            Some(LossCause::LeaseRanOut { last_error: None }),
+            "an acknowledged renewal clears the error"
         );
     }
 

@@ -67,7 +67,7 @@ pub use backend::{function_load, library_script, Backend, LIBRARY_SOURCE};
 pub use blocking::BlockingLockClient;
 pub use connector::{Connector, LockClient, WAIT_MARGIN};
 pub use error::{Error, Result};
-pub use lease::{margin, LockLost};
+pub use lease::{margin, LockLost, LossCause};
 pub use lock::{Holder, Lock, LockInfo, Mode, Owner, Waiter};
 pub use redis_lock_core::protocol::LIBRARY_VERSION;
 pub use redlock::{MultiLock, Redlock};

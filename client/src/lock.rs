@@ -7,7 +7,7 @@ use redis::Value;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::lease::{Lease, LockLost};
+use crate::lease::{Ended, Lease, LockLost, LossCause};
 
 /// A lock this process holds: its key, the owner id it was taken with, its fencing
 /// token, and its lease.
@@ -97,14 +97,14 @@ impl Lock {
             let ttl = Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX));
             self.lease.renewed(sent, ttl);
         } else {
-            self.lease.end();
+            self.lease.end(Ended::Refused);
             tracing::warn!(key = %self.key, owner = %self.owner, token = self.token, "lock lost: the server no longer holds it for this owner");
         }
     }
 
     /// A release answered `released`.
     pub(crate) fn released(&self, released: bool) {
-        self.lease.end();
+        self.lease.end(Ended::Released);
         if released {
             tracing::debug!(key = %self.key, owner = %self.owner, token = self.token, "lock released");
         } else {
@@ -149,6 +149,11 @@ impl Lock {
     /// True once the lease ran out, an extend found the lock gone, or it was released.
     pub fn is_lost(&self) -> bool {
         self.lease.is_lost()
+    }
+
+    /// Why the lock is lost, as this client saw it; `None` while it holds.
+    pub fn cause(&self) -> Option<LossCause> {
+        self.lease.cause()
     }
 
     /// The loss signal of this lock, to hand to the work it guards.
@@ -611,7 +616,7 @@ mod tests {
         let lock = Lock::new("job", "me", 1, Instant::now(), Duration::from_secs(60));
         let clone = lock.clone();
         assert_eq!(lock, clone);
-        lock.lease.end();
+        lock.lease.end(Ended::Refused);
         assert!(clone.is_lost());
         assert_eq!(clone.remaining(), Duration::ZERO);
     }

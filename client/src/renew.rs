@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use crate::aio::{timed_out, AsyncLockCommands};
 use crate::connector::Connector;
 use crate::error::{Error, Result};
-use crate::lease::LockLost;
+use crate::lease::{Ended, LockLost};
 use crate::lock::Lock;
 use crate::sync::LockCommands;
 
@@ -185,6 +185,7 @@ async fn renew(mut path: impl RenewPath, lock: Lock) {
 }
 
 fn renewal_failed(lock: &Lock, error: &Error) {
+    lock.lease.renewal_failed(error.to_string());
     tracing::warn!(
         key = %lock.key, owner = %lock.owner, token = lock.token,
         remaining_ms = lock.remaining().as_millis() as u64, %error,
@@ -194,7 +195,7 @@ fn renewal_failed(lock: &Lock, error: &Error) {
 
 fn lapsed(lock: &Lock) {
     if !lock.lease.ended() {
-        lock.lease.end();
+        lock.lease.end(Ended::RanOut);
         tracing::warn!(
             key = %lock.key, owner = %lock.owner, token = lock.token,
             "lock lost: no renewal was acknowledged before the lease's deadline"

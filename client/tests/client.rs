@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::{lock_stat, Config, Server};
 use on_backend::{AsyncLockCommands, LockCommands};
 use redis::AsyncConnectionConfig;
-use redis_lock_client::{Backend, Error, LockClient, Renewer, Request, Wait};
+use redis_lock_client::{Backend, Error, LockClient, LossCause, Renewer, Request, Wait};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -393,16 +393,18 @@ async fn the_loss_signal_fires_when_the_key_is_deleted_under_the_work() {
                         .await
                         .unwrap();
                 });
+                assert_eq!(lost.cause(), None, "held");
                 tokio::select! {
-                    _ = lost.lost() => "stopped",
-                    _ = tokio::time::sleep(Duration::from_secs(10)) => "ran to the end",
+                    _ = lost.lost() => lost.cause(),
+                    _ = tokio::time::sleep(Duration::from_secs(10)) => None,
                 }
             },
         )
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(done.value, "stopped");
+    // The renewal at a third of the TTL was answered 0: the signal says so.
+    assert_eq!(done.value, Some(LossCause::Refused));
     assert!(!done.held_to_end);
     assert!(started.elapsed() < Duration::from_secs(2));
 }
