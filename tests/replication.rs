@@ -480,3 +480,66 @@ fn a_hand_off_that_refreshes_a_holding_reaches_the_replica_as_on_the_master() {
         assert_eq!(events(&mut r_events, 4), expected, "{key}: replica");
     }
 }
+
+/// A grant taken back (its waiter vanished before the reply) leaves as `DEL` does:
+/// `del` alone, no `lock.release` (no holder released it), on the master and the
+/// replica alike, for an exclusive grant and for the last shared holding.
+#[test]
+fn a_grant_taken_back_sends_del_alone_on_master_and_replica() {
+    let (master, replica) = pair();
+    let mut m = master.connection();
+    for shared in [false, true] {
+        let (mut m_events, mut r_events) = (master.connection(), replica.connection());
+        subscribe(&mut m_events, "job");
+        subscribe(&mut r_events, "job");
+        acquire(&mut m, "job", "holder", 60_000).unwrap();
+        let mut first = master.connection();
+        let first_id: i64 = query(&mut first, &["CLIENT", "ID"]).unwrap();
+        let waiter = std::thread::spawn(move || {
+            let mut acquire = redis::cmd("LOCK.ACQUIRE");
+            acquire.arg("job").arg("first").arg(60_000);
+            if shared {
+                acquire.arg("SHARED");
+            }
+            acquire.arg("WAIT").arg(0).query::<Option<i64>>(&mut first)
+        });
+        wait_until(Duration::from_secs(5), || {
+            lock_info(&mut m, "job").is_some_and(|info| info.waiters == 1)
+        });
+        // The release hands the lock to the waiter, killed before its reply.
+        let _: (i64, i64) = redis::pipe()
+            .atomic()
+            .cmd("LOCK.RELEASE")
+            .arg("job")
+            .arg("holder")
+            .cmd("CLIENT")
+            .arg("KILL")
+            .arg("ID")
+            .arg(first_id)
+            .query(&mut m)
+            .unwrap();
+        assert!(
+            waiter.join().unwrap().is_err(),
+            "the waiter never got a reply"
+        );
+        wait_until(Duration::from_secs(5), || dbsize(&mut m) == 0);
+        sync(&mut m);
+        let expected = [
+            "lock.acquire", // holder
+            "del",          // its release
+            "lock.release",
+            "lock.acquire", // the hand-off to the waiter
+            "del",          // taken back
+        ];
+        assert_eq!(all_events(&mut m_events), expected, "shared: {shared}");
+        assert_eq!(all_events(&mut r_events), expected, "shared: {shared}");
+    }
+}
+
+/// Every keyspace event `con` was sent until none came for 300 ms.
+fn all_events(con: &mut Connection) -> Vec<String> {
+    con.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut pubsub = con.as_pubsub();
+    std::iter::from_fn(|| pubsub.get_message().ok()?.get_payload().ok()).collect()
+}

@@ -90,12 +90,14 @@ pub fn take_back(ctx: Ctx, db: i32, key: &[u8], token: i64) {
     };
     let lapse = next_lapse(&open);
     drop(open);
+    // The key gone, the take-back is a `DEL` (as for an exclusive grant): no holder
+    // released anything, so no `lock.release`.
     let key_gone = plan == ReleasePlan::DeleteKey;
     match mode {
-        Mode::Exclusive => propagate::release(ctx, Arg::Bytes(key)),
-        Mode::Shared => {
-            propagate::release_holding(ctx, Arg::Bytes(key), Arg::Bytes(&owner), key_gone)
+        Mode::Shared if !key_gone => {
+            propagate::release_holding(ctx, Arg::Bytes(key), Arg::Bytes(&owner))
         }
+        _ => propagate::release(ctx, Arg::Bytes(key)),
     }
     watch_lapse(ctx, db, key, lapse);
     hand_off(ctx, db, key);
