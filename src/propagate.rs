@@ -186,8 +186,9 @@ pub fn release(ctx: Ctx, key: Arg<'_>) {
     ctx.notify(EventClass::Generic, c"del", key);
 }
 
-/// A grant taken back from one of a key's shared holders: `LOCK.RELEASE key owner`.
-pub fn release_holding(ctx: Ctx, key: Arg<'_>, owner: Arg<'_>, key_gone: bool) {
+/// A grant taken back from one of a key's shared holders, others remaining:
+/// `LOCK.RELEASE key owner`, with the event it replays with.
+pub fn release_holding(ctx: Ctx, key: Arg<'_>, owner: Arg<'_>) {
     ctx.replicate(c"LOCK.RELEASE", &[key, owner]);
-    released(ctx, key, key_gone);
+    released(ctx, key, false);
 }

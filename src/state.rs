@@ -60,9 +60,13 @@ pub type Client = Blocked<Outcome>;
 pub struct Live {
     /// The waiters, per database and key, in FIFO order.
     pub queues: Queues<Client>,
-    /// Waiters woken with a holding whose reply Redis has not sent yet: its key and
-    /// token, to take back if the reply never goes out.
-    pub in_flight: HashMap<Client, (i32, Box<[u8]>, i64)>,
+    /// Waiters woken with a holding whose reply Redis has not sent yet: the grant
+    /// they were woken with.
+    pub in_flight: HashMap<Client, GrantAt>,
+    /// The grants of [`Live::in_flight`]: a grant is taken back only when the last
+    /// of its waiters vanished and none heard of it (several waiters of one owner,
+    /// a client that retried its WAIT, share one grant).
+    pub grants_in_flight: HashMap<GrantAt, GrantInFlight>,
     /// The one timer that times waiters out.
     pub timeout_timer: Option<Armed>,
     /// The timer of each watched key (waiters, or shared holdings that lapse).
@@ -81,6 +85,19 @@ pub struct Live {
     /// The key object of the lock Redis unlinked last, until the next keyspace event
     /// (`waiting::removals`).
     pub unlinked: Option<HeldString>,
+}
+
+/// A grant to waiters: its database, key and token.
+pub type GrantAt = (i32, Box<[u8]>, i64);
+
+/// What became of a grant's waiters so far.
+#[derive(Debug, Default)]
+pub struct GrantInFlight {
+    /// Waiters whose reply has not gone out yet, nor they vanished.
+    pub unsent: usize,
+    /// A waiter's reply went out, or the owner held the holding before (a
+    /// refresh): the grant is not the waiters' alone to lose.
+    pub heard: bool,
 }
 
 /// Why a key was marked for a look from a timer.

@@ -403,3 +403,143 @@ fn shared_holdings_that_lapse_together_travel_as_one_command_and_replay_as_the_m
     let reloaded: Vec<String> = query(&mut m, &["DEBUG", "DIGEST-VALUE", "doc"]).unwrap();
     assert_eq!(reloaded, digest);
 }
+
+/// A waiter whose owner already holds the lock when it is served (here: a `RESTORE`
+/// put the owner's holding in place while it waited) is granted a refresh of that
+/// holding, with the waiter's TTL and limit: the replica gets the same holding,
+/// expiry and events as the master (`LOCK.APPLY … PXAT`, then `expire` and
+/// `lock.refresh`).
+#[test]
+fn a_hand_off_that_refreshes_a_holding_reaches_the_replica_as_on_the_master() {
+    let (master, replica) = pair();
+    let (mut m, mut r) = (master.connection(), replica.connection());
+    let now: i64 = {
+        let (secs, micros): (i64, i64) = query(&mut m, &["TIME"]).unwrap();
+        secs * 1000 + micros / 1000
+    };
+    for (key, mode, options) in [("sem", 1, &["LIMIT", "3"][..]), ("job", 0, &[][..])] {
+        let (mut m_events, mut r_events) = (master.connection(), replica.connection());
+        subscribe(&mut m_events, key);
+        subscribe(&mut r_events, key);
+        acquire(&mut m, key, "other", 60_000).unwrap();
+        let mut wcon = master.connection();
+        let options: Vec<String> = options.iter().map(|o| o.to_string()).collect();
+        let waiter = std::thread::spawn(move || {
+            redis::cmd("LOCK.ACQUIRE")
+                .arg(key)
+                .arg("a")
+                .arg(30_000)
+                .arg(&options)
+                .arg("WAIT")
+                .arg(10_000)
+                .query::<Option<i64>>(&mut wcon)
+        });
+        wait_until(Duration::from_secs(5), || {
+            lock_info(&mut m, key).is_some_and(|info| info.waiters == 1)
+        });
+        // The owner's holding, expiring in 10 s; the waiter's grant moves it to 30 s.
+        let holding_expiry = if mode == 1 { now + 10_000 } else { 0 };
+        let payload = if mode == 1 {
+            shared_lock_payload(&mut m, "probe", &[(b"a", 777_000, holding_expiry)])
+        } else {
+            lock_payload(&mut m, "probe", b"a", 777_000)
+        };
+        let _: () = redis::cmd("RESTORE")
+            .arg(key)
+            .arg(now + 10_000)
+            .arg(payload)
+            .arg("REPLACE")
+            .arg("ABSTTL")
+            .query(&mut m)
+            .unwrap();
+        assert_eq!(waiter.join().unwrap().unwrap(), Some(777_000), "{key}");
+        sync(&mut m);
+        let holders = |con: &mut Connection| -> Vec<(Vec<u8>, i64, Option<i64>)> {
+            let info = lock_info(con, key).expect("held");
+            info.holders
+                .into_iter()
+                .map(|h| (h.owner, h.token, h.limit))
+                .collect()
+        };
+        let on_master = holders(&mut m);
+        let limit = (mode == 1).then_some(3);
+        assert_eq!(on_master, [(b"a".to_vec(), 777_000, limit)], "{key}");
+        assert_eq!(holders(&mut r), on_master, "{key}");
+        let at = expire_time(&mut m, key);
+        assert!(
+            at > now + 20_000,
+            "{key}: the grant's TTL, not the restored one"
+        );
+        assert_eq!(expire_time(&mut r, key), at, "{key}");
+        let digest = |con: &mut Connection| -> Vec<String> {
+            query(con, &["DEBUG", "DIGEST-VALUE", key]).unwrap()
+        };
+        assert_eq!(digest(&mut r), digest(&mut m), "{key}");
+        let expected = ["lock.acquire", "restore", "expire", "lock.refresh"];
+        assert_eq!(events(&mut m_events, 4), expected, "{key}: master");
+        assert_eq!(events(&mut r_events, 4), expected, "{key}: replica");
+    }
+}
+
+/// A grant taken back (its waiter vanished before the reply) leaves as `DEL` does:
+/// `del` alone, no `lock.release` (no holder released it), on the master and the
+/// replica alike, for an exclusive grant and for the last shared holding.
+#[test]
+fn a_grant_taken_back_sends_del_alone_on_master_and_replica() {
+    let (master, replica) = pair();
+    let mut m = master.connection();
+    for shared in [false, true] {
+        let (mut m_events, mut r_events) = (master.connection(), replica.connection());
+        subscribe(&mut m_events, "job");
+        subscribe(&mut r_events, "job");
+        acquire(&mut m, "job", "holder", 60_000).unwrap();
+        let mut first = master.connection();
+        let first_id: i64 = query(&mut first, &["CLIENT", "ID"]).unwrap();
+        let waiter = std::thread::spawn(move || {
+            let mut acquire = redis::cmd("LOCK.ACQUIRE");
+            acquire.arg("job").arg("first").arg(60_000);
+            if shared {
+                acquire.arg("SHARED");
+            }
+            acquire.arg("WAIT").arg(0).query::<Option<i64>>(&mut first)
+        });
+        wait_until(Duration::from_secs(5), || {
+            lock_info(&mut m, "job").is_some_and(|info| info.waiters == 1)
+        });
+        // The release hands the lock to the waiter, killed before its reply.
+        let _: (i64, i64) = redis::pipe()
+            .atomic()
+            .cmd("LOCK.RELEASE")
+            .arg("job")
+            .arg("holder")
+            .cmd("CLIENT")
+            .arg("KILL")
+            .arg("ID")
+            .arg(first_id)
+            .query(&mut m)
+            .unwrap();
+        assert!(
+            waiter.join().unwrap().is_err(),
+            "the waiter never got a reply"
+        );
+        wait_until(Duration::from_secs(5), || dbsize(&mut m) == 0);
+        sync(&mut m);
+        let expected = [
+            "lock.acquire", // holder
+            "del",          // its release
+            "lock.release",
+            "lock.acquire", // the hand-off to the waiter
+            "del",          // taken back
+        ];
+        assert_eq!(all_events(&mut m_events), expected, "shared: {shared}");
+        assert_eq!(all_events(&mut r_events), expected, "shared: {shared}");
+    }
+}
+
+/// Every keyspace event `con` was sent until none came for 300 ms.
+fn all_events(con: &mut Connection) -> Vec<String> {
+    con.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut pubsub = con.as_pubsub();
+    std::iter::from_fn(|| pubsub.get_message().ok()?.get_payload().ok()).collect()
+}

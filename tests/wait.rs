@@ -530,6 +530,52 @@ fn take_back_after(pause_ms: Option<u64>) {
     assert_eq!((info.owner.as_slice(), info.token), (&b"second"[..], token));
 }
 
+/// A client that retried its WAIT has two waiters of one owner, answered with one
+/// grant. The first vanishes before its reply goes out, the second gets the token:
+/// the lock stays with the owner the second was told holds it, nothing is taken
+/// back (only a grant no waiter heard of is).
+#[test]
+fn a_grant_one_of_its_waiters_received_is_not_taken_back() {
+    let server = Server::start();
+    let mut con = server.connection();
+    acquire(&mut con, "job", "holder", 60_000).unwrap();
+    let mut first = server.connection();
+    let first_id: i64 = query(&mut first, &["CLIENT", "ID"]).unwrap();
+    let first = thread::spawn(move || {
+        redis::cmd("LOCK.ACQUIRE")
+            .arg("job")
+            .arg("retrier")
+            .arg(30_000)
+            .arg("WAIT")
+            .arg(0)
+            .query::<Option<i64>>(&mut first)
+    });
+    wait_for_waiters(&mut con, "job", 1);
+    let second = waiter(&server, "job", "retrier", 0);
+    wait_for_waiters(&mut con, "job", 2);
+    let (released, killed): (i64, i64) = redis::pipe()
+        .atomic()
+        .cmd("LOCK.RELEASE")
+        .arg("job")
+        .arg("holder")
+        .cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(first_id)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!((released, killed), (1, 1));
+    assert!(first.join().unwrap().is_err(), "first never got a reply");
+    let token = second.join().unwrap().expect("second got the lock");
+    // A take-back runs from a zero-delay timer: give it time to run.
+    thread::sleep(Duration::from_millis(100));
+    let info = lock_info(&mut con, "job").expect("the lock is still held");
+    assert_eq!(
+        (info.owner.as_slice(), info.token),
+        (&b"retrier"[..], token)
+    );
+}
+
 fn used_memory(con: &mut Connection) -> i64 {
     info_field(con, "memory", "used_memory")
         .and_then(|v| v.parse().ok())

@@ -13,7 +13,7 @@ use crate::ffi::key::OpenKey;
 use crate::ffi::{Arg, Ctx, OwnedString};
 use crate::propagate;
 use crate::reply::{Outcome, Reply, OOM, WRONGTYPE};
-use crate::state::{Client, MODULE};
+use crate::state::{Client, GrantAt, MODULE};
 
 /// Hands the lock at `key` to as many of its waiters as fit, in order; returns true
 /// if it granted any. Must run with `db` selected in `ctx`, in the command or event
@@ -146,9 +146,15 @@ fn answer(ctx: Ctx, db: i32, key: &[u8], step: HandOff<Client>, now: i64, freed_
         } else {
             propagate::expiry(ctx, key_arg, owner, token, at, at, kind);
         }
+        let granted: GrantAt = (db, key.into(), token);
+        MODULE.with(|w| {
+            let flight = w.grants_in_flight.entry(granted.clone()).or_default();
+            flight.unsent = flight.unsent.saturating_add(grant.waiters.len());
+            flight.heard |= !grant.fresh;
+        });
         for woken in grant.waiters {
             stats.wait_ms.observe(now.saturating_sub(woken.queued_at));
-            MODULE.with(|w| w.in_flight.insert(woken.handle, (db, key.into(), token)));
+            MODULE.with(|w| w.in_flight.insert(woken.handle, granted.clone()));
             woken.handle.answer(Outcome::Token(token));
         }
     }
