@@ -122,13 +122,16 @@ test: deps
 # the client's core suites through EVALSHA on Redis 6.2 (REDIS62_SERVER, by default
 # /opt/servers/bin/redis-6.2.16; skipped, saying so, where there is none). The
 # whole client matrix on 6.2: `make test-library-scripts`.
-LIBRARY_SUITES := --test client --test demo --test durable --test errors --test kinds \
-	--test lease --test run_locked --test tracing --test waits
+# One `cargo test --workspace` with the suites named (their names are unique in the
+# workspace): the test binaries `make test` built already, with the workspace's
+# features, run again; a `-p` build would compile the client and the CLI anew.
+LIBRARY_SUITES := --test client --test demo --test durable --test client_errors \
+	--test client_kinds --test lease --test run_locked --test tracing --test waits
+CLI_SUITES := --test cli --test supervision --test list --test messages
 REDIS62_SERVER ?= /opt/servers/bin/redis-6.2.16
 test-library: deps
-	REDIS_LOCK_BACKEND=functions $(CARGO) test -p redis-lock-client $(LIBRARY_SUITES)
-	REDIS_LOCK_BACKEND=functions $(CARGO) test -p redis-lock-cli --test cli --test supervision --test list --test messages
-	$(MAKE) test-library-scripts LIBRARY_SUITES="--test client --test kinds --test run_locked --test waits"
+	REDIS_LOCK_BACKEND=functions $(CARGO) test --workspace $(LIBRARY_SUITES) $(CLI_SUITES)
+	$(MAKE) test-library-scripts LIBRARY_SUITES="--test client --test client_kinds --test run_locked --test waits"
 
 # `make install` into a temporary DESTDIR and `make deb`, both with the debug build
 # that `make test` made; the installed module loaded and the installed CLI run. As
@@ -139,8 +142,8 @@ test-package: deps
 
 test-library-scripts: deps
 	@if [ -x "$(REDIS62_SERVER)" ]; then \
-	  echo REDIS_LOCK_BACKEND=scripts REDIS62_SERVER=$(REDIS62_SERVER) $(CARGO) test -p redis-lock-client $(LIBRARY_SUITES); \
-	  REDIS_LOCK_BACKEND=scripts REDIS62_SERVER=$(REDIS62_SERVER) $(CARGO) test -p redis-lock-client $(LIBRARY_SUITES); \
+	  echo REDIS_LOCK_BACKEND=scripts REDIS62_SERVER=$(REDIS62_SERVER) $(CARGO) test --workspace $(LIBRARY_SUITES); \
+	  REDIS_LOCK_BACKEND=scripts REDIS62_SERVER=$(REDIS62_SERVER) $(CARGO) test --workspace $(LIBRARY_SUITES); \
 	else \
 	  echo "skipped: the scripts backend on Redis 6.2 ($(REDIS62_SERVER) is missing; set REDIS62_SERVER)"; \
 	fi

@@ -125,9 +125,9 @@ def _pairs(reply: Any) -> dict[str, Any]:
 
 def parse_info(reply: Any) -> dict[str, Any] | None:
     """``LOCK.INFO`` in RESP2 or RESP3 as ``{"mode", "waiters", "holders": [{"owner",
-    "ttl" (seconds), "token", "limit" (with LIMIT)}], "queue": [{"owner", "mode", "limit" (with LIMIT),
-    "waited" (seconds)}]}`` (the first 10 waiters, longest-waiting first); ``None``
-    when nothing is held."""
+    "ttl" (seconds), "token", "limit" (with LIMIT)}], "queue": [{"owner", "mode",
+    "limit" (with LIMIT), "waited" (seconds)}]}`` (the first 10 waiters,
+    longest-waiting first); ``None`` when nothing is held."""
     if reply is None:
         return None
     fields = _pairs(reply)
