@@ -1,7 +1,7 @@
 //! One stderr line per event: acquired, waiting, renewal failed, lost, released,
 //! each with the time it happened (RFC 3339, UTC, to the millisecond). Renewal
-//! failures come from the client crate's `tracing` events, which also say why a
-//! lock was lost ([`renewals`]).
+//! failures come from the client crate's `tracing` events; why a lock was lost, from
+//! the lock itself (`Lock::cause`, see `why`).
 //!
 //! Every line the CLI prints goes through [`line()`] or [`out`], which never panic:
 //! `eprintln!` and `println!` panic when the terminal is gone (EIO after a closed
