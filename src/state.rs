@@ -63,9 +63,11 @@ pub struct Live {
     /// Waiters woken with a holding whose reply Redis has not sent yet: the grant
     /// they were woken with.
     pub in_flight: HashMap<Client, GrantAt>,
-    /// The grants of [`Live::in_flight`]: a grant is taken back only when the last
-    /// of its waiters vanished and none heard of it (several waiters of one owner,
-    /// a client that retried its WAIT, share one grant).
+    /// The grants of [`Live::in_flight`] with more than one waiter (several waiters
+    /// of one owner, a client that retried its WAIT, share one grant) or that
+    /// refreshed a holding: such a grant is taken back only when the last of its
+    /// waiters vanished and none heard of it. A fresh grant to one waiter has no
+    /// entry here.
     pub grants_in_flight: HashMap<GrantAt, GrantInFlight>,
     /// The one timer that times waiters out.
     pub timeout_timer: Option<Armed>,

@@ -147,11 +147,15 @@ fn answer(ctx: Ctx, db: i32, key: &[u8], step: HandOff<Client>, now: i64, freed_
             propagate::expiry(ctx, key_arg, owner, token, at, at, kind);
         }
         let granted: GrantAt = (db, key.into(), token);
-        MODULE.with(|w| {
-            let flight = w.grants_in_flight.entry(granted.clone()).or_default();
-            flight.unsent = flight.unsent.saturating_add(grant.waiters.len());
-            flight.heard |= !grant.fresh;
-        });
+        // A fresh grant to one waiter, the common case, needs no count: it is taken
+        // back if that waiter vanishes unanswered (see `takeback`).
+        if grant.waiters.len() > 1 || !grant.fresh {
+            MODULE.with(|w| {
+                let flight = w.grants_in_flight.entry(granted.clone()).or_default();
+                flight.unsent = flight.unsent.saturating_add(grant.waiters.len());
+                flight.heard |= !grant.fresh;
+            });
+        }
         for woken in grant.waiters {
             stats.wait_ms.observe(now.saturating_sub(woken.queued_at));
             MODULE.with(|w| w.in_flight.insert(woken.handle, granted.clone()));

@@ -50,10 +50,11 @@ pub fn delivered(handle: Client) {
 }
 
 /// One waiter of `grant` is done with: its reply went out (`heard`) or it vanished.
-/// True when it was the last, and no waiter heard of the grant: take it back.
+/// True when it was the last, and no waiter heard of the grant: take it back. A
+/// grant without a count is a fresh one to this waiter alone.
 fn waiter_done(live: &mut Live, grant: &GrantAt, heard: bool) -> bool {
     let Some(flight) = live.grants_in_flight.get_mut(grant) else {
-        return false;
+        return !heard;
     };
     flight.heard |= heard;
     flight.unsent = flight.unsent.saturating_sub(1);
