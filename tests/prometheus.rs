@@ -91,4 +91,8 @@ fn the_exporter_serves_info_lock_as_metrics() {
     assert_eq!(metric(&body, "lock_keys_with_waiters"), Some(0.0));
     assert_eq!(metric(&body, "lock_wait_ms_le_inf"), Some(0.0));
     assert_eq!(metric(&body, "lock_wait_ms_count"), Some(0.0));
+    // The release above: one hold, of less than a minute; no hand-off.
+    assert_eq!(metric(&body, "lock_hold_ms_count"), Some(1.0));
+    assert_eq!(metric(&body, "lock_hold_ms_le_60000"), Some(1.0));
+    assert_eq!(metric(&body, "lock_handoff_ms_le_inf"), Some(0.0));
 }
