@@ -11,25 +11,38 @@ mod workers;
 
 use workers::{run_demo, Options, Report, JOBS};
 
-/// The example's binary, built if needed (`cargo test` builds examples, but a
-/// single `--test demo` may not).
+/// The example's binary. `cargo test` builds the examples with the tests, so it is
+/// there and fresh under `cargo test --workspace` (`make test`); a single `--test
+/// demo` does not build it, and then it is built here if missing or older than this
+/// test binary (which includes the example's source: an edit rebuilds both).
 fn worker_exe() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            "redis-lock-client",
-            "--example",
-            "workers",
-        ])
-        .status()
-        .expect("cargo build --example workers");
-    assert!(status.success());
+    // Once per test process: the tests run in parallel, and one must not start the
+    // binary while another's build rewrites it.
+    static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    EXE.get_or_init(build_worker_exe).clone()
+}
+
+fn build_worker_exe() -> PathBuf {
     let deps = std::env::current_exe().expect("test binary");
     let debug = deps.parent().and_then(|d| d.parent()).expect("target dir");
-    debug.join("examples").join("workers")
+    let exe = debug.join("examples").join("workers");
+    let modified = |path: &std::path::Path| path.metadata().and_then(|m| m.modified()).ok();
+    if modified(&exe).is_none_or(|built| modified(&deps).is_some_and(|test| built < test)) {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "redis-lock-client",
+                "--example",
+                "workers",
+            ])
+            .status()
+            .expect("cargo build --example workers");
+        assert!(status.success());
+    }
+    exe
 }
 
 fn options(workers: usize, kill_one: bool) -> Options {
