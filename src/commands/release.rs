@@ -48,7 +48,12 @@ pub fn release(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {
         settle(ctx, &mut open, Arg::Str(key));
     }
     let now = || (!replaying).then(|| ctx.now_ms());
-    let token = open.lock().and_then(|lock| lock.holding_of(owner));
+    // The holding's token, for the hold-time histogram: where the holder released it,
+    // not again where the release is replayed.
+    let token = match replaying {
+        false => open.lock().and_then(|lock| lock.holding_of(owner)),
+        true => None,
+    };
     // The hand-off below follows at once.
     let plan = MODULE.deleting_here(|| store::release(&mut open, owner, now))?;
     drop(open);
