@@ -14,7 +14,7 @@ MODULE    := target/release/libredis_lock.so
 DEBS      := redis-server redis-tools redis-sentinel libclang-dev python3-venv prometheus-redis-exporter dpkg-dev
 PYTHON    ?= python3
 
-.PHONY: all build run install install-build uninstall deb test test-library test-library-scripts test-package test-servers python-test bench bench-peers demo memcheck fuzz torture failover deps lint clean
+.PHONY: all build run install install-build uninstall deb test test-library test-library-scripts test-package test-servers python-test test-go bench bench-peers bench-peers-go demo memcheck fuzz torture failover deps lint clean
 
 all: build
 
@@ -114,6 +114,7 @@ test: deps
 	$(CARGO) test --workspace
 	$(MAKE) test-library
 	$(MAKE) python-test
+	$(MAKE) test-go
 	$(MAKE) test-package
 
 # The client's and the CLI's suites again, on a plain redis-server with the
@@ -164,6 +165,19 @@ python-test: $(VENV)/.installed
 	cd python && $(abspath $(VENV))/bin/ruff check . && $(abspath $(VENV))/bin/ruff format --check .
 	cd python && $(abspath $(VENV))/bin/mypy
 	cd python && $(abspath $(VENV))/bin/pytest -q
+
+# The Go client (go/): gofmt -l (must print nothing), go vet and go test -race, on
+# the Go toolchain found on PATH (or in /usr/local/go/bin); modules come from the Go
+# module proxy, as go.mod and go.sum pin them. The tests start their own
+# redis-servers with the debug build of the module (REDIS_LOCK_MODULE overrides it).
+GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
+test-go:
+	@test -x "$(GO)" || { echo "the Go client's tests need Go 1.22 or newer on PATH (https://go.dev/dl/)"; exit 1; }
+	test -n "$$REDIS_LOCK_MODULE" || $(CARGO) build --lib -p redis-lock
+	cd go && unformatted="$$($(dir $(GO))gofmt -l .)"; \
+	  if [ -n "$$unformatted" ]; then echo "gofmt -l: not formatted: $$unformatted"; exit 1; fi
+	cd go && $(GO) vet ./...
+	cd go && $(GO) test -race -count=1 ./...
 
 # The module's integration tests against other servers, one after another: SERVERS
 # names their binaries (Redis 7.2, 7.4, 8.x, Valkey 8 builds; built apart from this
@@ -241,6 +255,12 @@ bench: deps $(VENV)/.installed
 # pottery, etcd, Redisson, redsync) on one workload; writes bench/PEERS.md and its plots (bench/peers/).
 bench-peers: deps
 	bench/peers/run.sh
+
+# The Go sides alone (this repository's Go client on the module and the library,
+# redsync and bsm/redislock, each with its defaults and tuned), into bench/peers-go/.
+bench-peers-go: deps
+	PEERS_SIDES="ours-go ours-go-functions redsync redsync-tuned bsm-redislock bsm-redislock-1ms" \
+	  PEERS_OUT=bench/peers-go bench/peers/run.sh
 
 # The workspace, and the fuzz crate (a workspace of its own, for cargo-fuzz).
 lint:

@@ -146,7 +146,7 @@ func (l *Locker) waitModule(ctx context.Context, r *request, wait time.Duration)
 	case err != nil:
 		// Closing the connection took the waiter out of the server's queue; a
 		// grant that crossed the close is released.
-		answered := l.withdraw(r, Module, false, withdrawBound(err))
+		answered := l.withdraw(r, Module, false, withdrawBound(ctx, err))
 		return nil, l.failure(ctx, r, err, wait, answered)
 	}
 	lock, err := l.granted(ctx, r, Module, reply, sent)
@@ -238,7 +238,7 @@ func (l *Locker) waitFailed(ctx context.Context, d *dedicated, r *request, b Bac
 		}
 		return err
 	}
-	answered := l.withdraw(r, b, true, withdrawBound(err))
+	answered := l.withdraw(r, b, true, withdrawBound(ctx, err))
 	return l.failure(ctx, r, err, wait, answered)
 }
 
@@ -264,8 +264,11 @@ func bound(ctx context.Context, wait time.Duration) (context.Context, context.Ca
 	return context.WithTimeout(ctx, wait+WaitMargin)
 }
 
-func withdrawBound(err error) time.Duration {
-	if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+// withdrawBound is how long the withdrawal after err may take: short when the
+// server did not answer within the wait's own bound, longer when the caller's
+// context ended first (the server may be answering: its answer says so).
+func withdrawBound(ctx context.Context, err error) time.Duration {
+	if ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || isTimeout(err)) {
 		return withdrawQuick
 	}
 	return releaseLimit

@@ -197,6 +197,7 @@ func newDedicated(base *redis.Options, target string) *dedicated {
 	opt.MaxIdleConns = 1
 	opt.MaxActiveConns = 0
 	opt.MaxRetries = -1
+	opt.DialerRetries = 1
 	opt.ReadTimeout = -1
 	opt.WriteTimeout = -1
 	opt.ContextTimeoutEnabled = true

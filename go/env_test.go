@@ -33,6 +33,7 @@ var kinds = []struct {
 func eachBackend(t *testing.T, test func(t *testing.T, e *env)) {
 	for _, k := range kinds {
 		t.Run(k.backend.String(), func(t *testing.T) {
+			t.Parallel() // a server each: the backends run side by side
 			test(t, newEnv(t, k.kind, k.backend))
 		})
 	}

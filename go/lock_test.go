@@ -193,9 +193,8 @@ func TestACancelledWaitWithdrawsFromTheQueue(t *testing.T) {
 		case <-time.After(2 * time.Second):
 			t.Fatal("a cancelled wait did not return")
 		}
-		if n := e.waiters(t, "job"); n != 0 {
-			t.Fatalf("%d waiters left after the cancellation", n)
-		}
+		// The module drops the waiter as soon as it sees the connection closed.
+		redistest.WaitUntil(t, time.Second, "no waiter left", func() bool { return e.waiters(t, "job") == 0 })
 		must(t, holder.Release(context.Background()))
 		next := acquire(t, e.locker, "job", ttl) // free: nobody was granted it
 		if info := e.info(t, "job"); info.Holders[0].Owner != next.Owner() {
@@ -225,7 +224,7 @@ func TestWithoutRenewalTheContextEndsAtTheLease(t *testing.T) {
 		start := time.Now()
 		lock := acquire(t, e.locker, "job", 300*time.Millisecond, redislock.WithoutRenewal())
 		<-lock.Context().Done()
-		if elapsed := time.Since(start); elapsed > 300*time.Millisecond-redislock.Margin(300*time.Millisecond)+100*time.Millisecond {
+		if elapsed := time.Since(start); elapsed > 300*time.Millisecond-redislock.Margin(300*time.Millisecond)+200*time.Millisecond {
 			t.Errorf("lost after %v", elapsed)
 		}
 		var lost *redislock.LostError
