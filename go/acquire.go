@@ -9,16 +9,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// withdrawQuick bounds the withdrawal after a request that got no answer: the
-// server hangs or the path is cut, and waiting long for this reply would only push
-// the give-up past its bound.
-const withdrawQuick = 100 * time.Millisecond
-
 // TryAcquire takes the lock at key for ttl if it is free, without waiting:
-// ErrNotObtained if others hold it. A lost reply is sent again as the same owner,
-// who gets the same token back if the lost try won (go-redis's retries, by the
-// client's MaxRetries); if the try still fails, the fresh owner is released, so no
-// lock is left held by an owner nobody knows.
+// ErrNotObtained if others hold it. It is bounded by [ControlLimit]. A reply lost to
+// a broken connection is asked for once more as the same owner, who gets the same
+// token back if the lost try won; if the try still fails, the fresh owner is
+// released, so no lock is left held by an owner nobody knows.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
 	r, err := newRequest(key, ttl, opts)
 	if err != nil {
@@ -96,15 +91,15 @@ func (r *request) acquireArgs() []any {
 
 func (l *Locker) try(ctx context.Context, r *request, b Backend) (*Lock, error) {
 	sent := time.Now()
-	reply, err := l.call(ctx, b, "lock_acquire", r.key, r.acquireArgs()...)
+	reply, err := l.send(ctx, ControlLimit, b, "lock_acquire", r.key, r.acquireArgs()...)
 	switch {
 	case errors.Is(err, redis.Nil):
 		return nil, ErrNotObtained
 	case err != nil && (serverError(err) || libraryMissing(err)):
 		return nil, err
 	case err != nil:
-		l.withdraw(r, b, false, releaseLimit)
-		return nil, l.failure(ctx, r, err, 0, false)
+		answered := l.withdraw(r, b, false, withdrawBound(ctx, err))
+		return nil, l.failure(ctx, r, err, 0, answered)
 	}
 	return l.granted(ctx, r, b, reply, sent)
 }
@@ -154,7 +149,7 @@ func (l *Locker) waitModule(ctx context.Context, r *request, wait time.Duration)
 		// Granted after a wait: the server counts the TTL from the grant, the lease
 		// from the send. A prompt extend brings the lease up to date; if it fails,
 		// the shorter lease stays.
-		extendCtx, cancel := context.WithTimeout(ctx, releaseLimit)
+		extendCtx, cancel := context.WithTimeout(ctx, ReleaseLimit)
 		_ = lock.Extend(extendCtx, r.ttl)
 		cancel()
 	}
@@ -196,7 +191,7 @@ func (l *Locker) waitLibrary(ctx context.Context, r *request, b Backend, wait ti
 		token, wakeMs, list, err := readWait(reply)
 		if err != nil {
 			l.conns.done(d, nil)
-			l.withdraw(r, b, true, releaseLimit)
+			l.withdraw(r, b, true, ReleaseLimit)
 			return nil, err
 		}
 		if token > 0 {
@@ -208,7 +203,7 @@ func (l *Locker) waitLibrary(ctx context.Context, r *request, b Backend, wait ti
 			left := time.Until(deadline)
 			if left <= 0 {
 				// Leaves the queue, and ends a grant pushed but not collected.
-				cancelCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseLimit)
+				cancelCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseLimit)
 				_, err := callOn(cancelCtx, d, b, "lock_cancel", r.key, r.owner)
 				cancel()
 				l.conns.done(d, err)
@@ -234,7 +229,7 @@ func (l *Locker) waitFailed(ctx context.Context, d *dedicated, r *request, b Bac
 	l.conns.done(d, err)
 	if serverError(err) {
 		if !libraryMissing(err) {
-			l.withdraw(r, b, true, releaseLimit)
+			l.withdraw(r, b, true, ReleaseLimit)
 		}
 		return err
 	}
@@ -269,9 +264,9 @@ func bound(ctx context.Context, wait time.Duration) (context.Context, context.Ca
 // context ended first (the server may be answering: its answer says so).
 func withdrawBound(ctx context.Context, err error) time.Duration {
 	if ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || isTimeout(err)) {
-		return withdrawQuick
+		return WithdrawAfterTimeout
 	}
-	return releaseLimit
+	return ReleaseLimit
 }
 
 func isTimeout(err error) bool {
@@ -288,29 +283,17 @@ func (l *Locker) withdraw(r *request, b Backend, queued bool, limit time.Duratio
 	defer cancel()
 	answered := false
 	if queued {
-		_, err := l.callDedicated(ctx, b, "lock_cancel", r.key, r.owner)
+		_, err := l.send(ctx, limit, b, "lock_cancel", r.key, r.owner)
 		if err != nil && !serverError(err) {
 			return false
 		}
 		answered = true
 	}
 	if !r.ownerGiven {
-		_, err := l.callDedicated(ctx, b, "lock_release", r.key, r.owner)
+		_, err := l.send(ctx, limit, b, "lock_release", r.key, r.owner)
 		answered = err == nil || serverError(err)
 	}
 	return answered
-}
-
-// callDedicated is callOn on a connection of its own, so that ctx bounds it
-// whatever the locker's client's timeouts are.
-func (l *Locker) callDedicated(ctx context.Context, b Backend, function, key string, args ...any) (any, error) {
-	d, err := l.conns.get(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	reply, err := callOn(ctx, d, b, function, key, args...)
-	l.conns.done(d, err)
-	return reply, err
 }
 
 // failure is the error of an acquire whose request got no usable answer. answered:
@@ -329,7 +312,7 @@ func (l *Locker) failure(ctx context.Context, r *request, err error, wait time.D
 	if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
 		bound := wait + WaitMargin
 		if wait <= 0 {
-			bound = 0
+			bound = ControlLimit
 		}
 		return &UnansweredError{Key: r.key, Bound: bound, Err: err}
 	}
@@ -340,7 +323,7 @@ func (l *Locker) failure(ctx context.Context, r *request, err error, wait time.D
 func (l *Locker) granted(ctx context.Context, r *request, b Backend, reply any, sent time.Time) (*Lock, error) {
 	token, ok := reply.(int64)
 	if !ok || token <= 0 {
-		l.withdraw(r, b, false, releaseLimit)
+		l.withdraw(r, b, false, ReleaseLimit)
 		return nil, fmt.Errorf("redislock: the acquire answered %v, not a token", reply)
 	}
 	lock := &Lock{locker: l, key: r.key, owner: r.owner, token: token, kind: r.kind(), backend: b}

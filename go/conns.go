@@ -12,17 +12,16 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// A wait and a renewal each run on a connection of their own (SPEC "Clients"): a
-// wait blocks its connection, and a renewal must not queue behind anything nor be
-// retried past the lease. go-redis bounds a read by its client's ReadTimeout (3 s by
-// default), retries on its own, and does not stop a read when a context is
-// cancelled; so these connections come from clients of the package's own, made from
-// the user's options: one connection each, no retries, no read timeout but the
-// context's deadline, and a socket the package can close when the context is
-// cancelled, which ends a wait at once (the server then drops the waiter).
-//
-// The user's client itself carries everything else (tries, releases, info), with
-// the user's settings and hooks.
+// Every lock command runs on a connection of the locker's own (SPEC "Clients"): a
+// wait blocks its connection, a renewal must not queue behind anything nor be
+// retried past the lease, and each command has its bound (a wait and its margin, the
+// lease, the control or release limit). go-redis bounds a read by its client's
+// ReadTimeout (3 s by default) unless ContextTimeoutEnabled, retries on its own, and
+// does not stop a read when a context is cancelled; so these connections come from
+// clients of the package's own, made from the user's client's options: one
+// connection each, no retries, no read timeout but the context's deadline, and a
+// socket the package can close when the context is cancelled, which ends a wait at
+// once (the server then drops the waiter). Idle ones are kept for reuse.
 
 // idleLimit is how long an unused dedicated connection is kept for reuse.
 const idleLimit = 30 * time.Second
@@ -201,6 +200,7 @@ func newDedicated(base *redis.Options, target string) *dedicated {
 	opt.ReadTimeout = -1
 	opt.WriteTimeout = -1
 	opt.ContextTimeoutEnabled = true
+	opt.DialTimeout = min(opt.DialTimeout, ControlLimit)
 	opt.DisableIdentity = true
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	d.client = redis.NewClient(&opt)

@@ -19,7 +19,7 @@ func (l *Locker) detect(ctx context.Context) (Backend, error) {
 	var why []string
 	for _, b := range candidates {
 		if b == Module {
-			reply, err := l.run(ctx, call{args: []any{"COMMAND", "INFO", "LOCK.ACQUIRE"}})
+			reply, err := l.send(ctx, ControlLimit, Module, probe, "", "COMMAND", "INFO", "LOCK.ACQUIRE")
 			switch {
 			case err == nil && namesACommand(reply):
 				return Module, nil
@@ -32,7 +32,7 @@ func (l *Locker) detect(ctx context.Context) (Backend, error) {
 			}
 			continue
 		}
-		reply, err := l.call(ctx, b, "lock_version", "")
+		reply, err := l.send(ctx, ControlLimit, b, "lock_version", "")
 		if err != nil {
 			if !serverError(err) {
 				return Auto, err

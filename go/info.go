@@ -34,13 +34,13 @@ func (l *Locker) Info(ctx context.Context, key string) (*Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	reply, err := l.call(ctx, b, "lock_info", key)
+	reply, err := l.send(ctx, ControlLimit, b, "lock_info", key)
 	if libraryMissing(err) {
 		l.forget(b)
 		if b, err = l.Backend(ctx); err != nil {
 			return nil, err
 		}
-		reply, err = l.call(ctx, b, "lock_info", key)
+		reply, err = l.send(ctx, ControlLimit, b, "lock_info", key)
 	}
 	if errors.Is(err, redis.Nil) {
 		return nil, nil

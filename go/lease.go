@@ -26,7 +26,7 @@ import (
 // at least 50 ms, and never more than the TTL (a lock of 50 ms or less has no lease
 // time at all).
 func Margin(ttl time.Duration) time.Duration {
-	return min(max(ttl/10, 50*time.Millisecond), ttl)
+	return min(max(ttl*LeaseMarginPercent/100, LeaseMarginMin), ttl)
 }
 
 // farFuture caps deadlines of TTLs of centuries, which time.Time could not add.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -17,9 +18,11 @@ import (
 // library, else the library sent as a script; [WithBackend] forces one. Safe for
 // concurrent use; make one per deployment and share it.
 //
-// Waits and renewals run on connections of the locker's own, made from the
-// client's options (one connection each, bounded by the wait or the lease, closed
-// when a wait is cancelled); everything else goes through the client itself.
+// Its commands run on connections of the locker's own, made from the client's
+// options (for a Cluster, from the key's master's; for Sentinel, through its
+// dialer): one command at a time each, bounded (by the wait and [WaitMargin], the
+// lease, [ControlLimit] or [ReleaseLimit]), closed when a wait is cancelled. The
+// client's own pool, retries and hooks are not used.
 type Locker struct {
 	client redis.UniversalClient
 	forced Backend
@@ -73,34 +76,47 @@ func (l *Locker) forget(b Backend) {
 	l.detected.CompareAndSwap(int32(b), int32(Auto))
 }
 
-// run sends c on the locker's client.
-func (l *Locker) run(ctx context.Context, c call) (any, error) {
-	cmd := redis.NewCmd(ctx, c.args...)
-	if c.keyPos > 0 {
-		cmd.SetFirstKeyPos(int8(c.keyPos))
-	}
-	_ = l.client.Process(ctx, cmd)
-	return cmd.Result()
-}
-
-// call makes library call function on key through backend b on the locker's
-// client. On the scripts backend, a NOSCRIPT reply (a restart, SCRIPT FLUSH, a
-// failover) loads the library and sends the call once more: it did not run.
-func (l *Locker) call(ctx context.Context, b Backend, function, key string, args ...any) (any, error) {
-	c := b.command(function, key, args...)
-	reply, err := l.run(ctx, c)
-	if b == Scripts && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		if err := l.client.ScriptLoad(ctx, libraryScript).Err(); err != nil {
+// send makes library call function on key (detection: "" and "COMMAND") through
+// backend b, on a connection of the locker's own to key's server, within limit (or
+// ctx's deadline, if sooner). A reply lost to a broken connection (a server
+// restarted since the connection was last used, a Cluster slot moved) is asked for
+// once more on a fresh connection: every call sent this way may be repeated (the
+// same owner gets the same answer). A call that got no answer in time is not.
+func (l *Locker) send(ctx context.Context, limit time.Duration, b Backend, function, key string,
+	args ...any) (any, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	var reply any
+	var err error
+	for tries := 0; tries < 2; tries++ {
+		var d *dedicated
+		if d, err = l.conns.get(ctx, key); err != nil {
 			return nil, err
 		}
-		reply, err = l.run(ctx, c)
+		reply, err = callOn(ctx, d, b, function, key, args...)
+		l.conns.done(d, err)
+		switch {
+		case moved(err):
+			l.conns.reroute(ctx)
+		case err == nil || serverError(err) || errors.Is(err, redis.Nil) || ctx.Err() != nil || isTimeout(err):
+			return reply, err
+		}
 	}
 	return reply, err
 }
 
-// callOn is call on a dedicated connection.
+// probe is the function of send that sends its arguments as they are (detection's
+// COMMAND INFO).
+const probe = "COMMAND"
+
+// callOn makes library call function on key through backend b on d. On the
+// scripts backend, a NOSCRIPT reply (a restart, SCRIPT FLUSH, a failover) loads the
+// library and sends the call once more: it did not run.
 func callOn(ctx context.Context, d *dedicated, b Backend, function, key string, args ...any) (any, error) {
-	c := b.command(function, key, args...)
+	c := call{args: args}
+	if function != probe {
+		c = b.command(function, key, args...)
+	}
 	reply, err := d.do(ctx, c.args...)
 	if b == Scripts && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		if _, err := d.do(ctx, "SCRIPT", "LOAD", libraryScript); err != nil {

@@ -12,15 +12,30 @@ const MaxMillis = 1<<62 - 1
 // MaxPermits is the most permits a semaphore (Limit) may have: 2^31.
 const MaxPermits = 1 << 31
 
-// WaitMargin is how long past its wait a waiting acquire may go without an answer
-// before it is given up as unanswered: the server answers a wait that runs out at
-// its end, so the margin covers the round trip and a busy server, and bounds the
-// wait when the server hangs or the network drops everything.
-const WaitMargin = time.Second
-
-// releaseLimit bounds a withdrawal or a release sent on the package's own behalf
-// (the lock then lapses with its TTL).
-const releaseLimit = time.Second
+// The client's protocol constants, the same in every client of the project
+// (conformance/protocol.json).
+const (
+	// RenewalDivisor: a holding is renewed every TTL / RenewalDivisor.
+	RenewalDivisor = 3
+	// LeaseMarginPercent and LeaseMarginMin make the lease's margin ([Margin]).
+	LeaseMarginPercent = 10
+	LeaseMarginMin     = 50 * time.Millisecond
+	// WaitMargin is how long past its wait a waiting acquire may go without an
+	// answer before it is given up as unanswered: the server answers a wait that
+	// runs out at its end, so the margin covers the round trip and a busy server,
+	// and bounds the wait when the server hangs or the network drops everything.
+	WaitMargin = time.Second
+	// WithdrawAfterTimeout bounds the withdrawal after a request that got no
+	// answer: the server hangs or the path is cut, and waiting long for this reply
+	// would only push the give-up past its bound.
+	WithdrawAfterTimeout = 100 * time.Millisecond
+	// ReleaseLimit bounds a release, an extend, and the withdrawal of a cancelled
+	// or failed acquire (the lock then lapses with its TTL).
+	ReleaseLimit = time.Second
+	// ControlLimit bounds a connect, the backend probe, an acquire that does not
+	// wait, and Info.
+	ControlLimit = 2 * time.Second
+)
 
 // Option configures a [Locker].
 type Option func(*Locker)

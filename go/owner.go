@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 )
 
 // FreshOwner is a new owner id that says who holds: `host:pid:` and 16 random hex
@@ -13,6 +14,14 @@ import (
 // machine and the process, and still unique per acquire. The host name is cut at 64
 // characters.
 func FreshOwner() string {
+	var random [8]byte
+	// crypto/rand fails only where the system has no randomness source at all.
+	_, _ = rand.Read(random[:])
+	return ownerPrefix() + hex.EncodeToString(random[:])
+}
+
+// ownerPrefix is `host:pid:`, read once.
+var ownerPrefix = sync.OnceValue(func() string {
 	host, err := os.Hostname()
 	host = strings.TrimSpace(host)
 	if err != nil || host == "" {
@@ -21,7 +30,5 @@ func FreshOwner() string {
 	if len(host) > 64 {
 		host = host[:64]
 	}
-	var random [8]byte
-	_, _ = rand.Read(random[:]) // crypto/rand.Read does not fail on Linux, and panics where it would
-	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(random[:]))
-}
+	return fmt.Sprintf("%s:%d:", host, os.Getpid())
+})

@@ -14,7 +14,7 @@ import (
 
 // period is how often a lock of ttl is renewed.
 func period(ttl time.Duration) time.Duration {
-	return max(ttl/3, time.Millisecond)
+	return max(ttl/RenewalDivisor, time.Millisecond)
 }
 
 // retryDelay is the pause before another try after a failed renewal: short, so
@@ -106,28 +106,28 @@ func (l *Lock) setBackend(b Backend) {
 	l.backend = b
 }
 
-// extend is LOCK.EXTEND (or lock_extend) of lock on the locker's client.
+// extend is LOCK.EXTEND (or lock_extend) of lock.
 func (l *Locker) extend(ctx context.Context, lock *Lock, ttlMs int64) (bool, error) {
 	return l.holderCall(ctx, lock, "lock_extend", lock.owner, ttlMs)
 }
 
-// release is LOCK.RELEASE (or lock_release) of lock on the locker's client.
+// release is LOCK.RELEASE (or lock_release) of lock.
 func (l *Locker) release(ctx context.Context, lock *Lock) (bool, error) {
 	return l.holderCall(ctx, lock, "lock_release", lock.owner)
 }
 
-// holderCall is a release or an extend by lock's holder, answered 1 or 0; through
-// the scripts path when the library is gone (see renewOnce).
+// holderCall is a release or an extend by lock's holder, answered 1 or 0, within
+// ReleaseLimit; through the scripts path when the library is gone (see renewOnce).
 func (l *Locker) holderCall(ctx context.Context, lock *Lock, function string, args ...any) (bool, error) {
 	b := lock.Backend()
-	reply, err := l.call(ctx, b, function, lock.key, args...)
+	reply, err := l.send(ctx, ReleaseLimit, b, function, lock.key, args...)
 	if libraryMissing(err) {
 		l.forget(b)
 		if b == Module {
 			return false, nil // no module, no module's lock
 		}
 		lock.setBackend(Scripts)
-		reply, err = l.call(ctx, Scripts, function, lock.key, args...)
+		reply, err = l.send(ctx, ReleaseLimit, Scripts, function, lock.key, args...)
 	}
 	if err != nil {
 		return false, err

@@ -29,7 +29,7 @@ func (l *Locker) Run(ctx context.Context, key string, ttl time.Duration,
 		stop()
 		cancel(nil)
 		lost := context.Cause(lock.Context())
-		releaseCtx, done := context.WithTimeout(context.WithoutCancel(ctx), releaseLimit)
+		releaseCtx, done := context.WithTimeout(context.WithoutCancel(ctx), ReleaseLimit)
 		defer done()
 		released := lock.Release(releaseCtx)
 		if err == nil && lost == nil && errors.Is(released, ErrNotHeld) {
