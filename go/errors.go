@@ -23,6 +23,10 @@ var ErrReleased = errors.New("redislock: the lock was released")
 // the lock for this owner (it expired, was deleted, or another owner has it now).
 var ErrNotHeld = errors.New("redislock: the lock is not held by this owner")
 
+// ErrInvalidArgument matches (errors.Is) an argument the server would refuse (a TTL
+// of zero, a limit out of range, an empty owner), found before anything is sent.
+var ErrInvalidArgument = errors.New("redislock: invalid argument")
+
 // ErrUnanswered matches (errors.Is) every [UnansweredError].
 var ErrUnanswered = errors.New("redislock: no answer from the server in time")
 

@@ -137,17 +137,18 @@ func newRequest(key string, ttl time.Duration, opts []AcquireOption) (*request, 
 		return nil, err
 	}
 	if key == "" {
-		return nil, fmt.Errorf("redislock: the key must not be empty")
+		return nil, fmt.Errorf("%w: the key must not be empty", ErrInvalidArgument)
 	}
 	if r.limitSet && (r.limit < 1 || r.limit > MaxPermits) {
-		return nil, fmt.Errorf("redislock: limit %d: a semaphore has from 1 to %d permits", r.limit, int64(MaxPermits))
+		return nil, fmt.Errorf("%w: limit %d: a semaphore has from 1 to %d permits", ErrInvalidArgument, r.limit,
+			int64(MaxPermits))
 	}
 	if r.ownerGiven && (r.owner == "" || len(r.owner) > 256) {
-		return nil, fmt.Errorf("redislock: an owner id has from 1 to 256 bytes, not %d", len(r.owner))
+		return nil, fmt.Errorf("%w: an owner id has from 1 to 256 bytes, not %d", ErrInvalidArgument, len(r.owner))
 	}
 	if r.waitSet {
 		if r.wait < 0 {
-			return nil, fmt.Errorf("redislock: wait of %v: must not be negative", r.wait)
+			return nil, fmt.Errorf("%w: wait of %v: must not be negative", ErrInvalidArgument, r.wait)
 		}
 		if _, err := millis(r.wait, "wait"); err != nil {
 			return nil, err
@@ -166,7 +167,8 @@ func millis(d time.Duration, what string) (int64, error) {
 		ms++
 	}
 	if d < 0 || int64(ms) > MaxMillis {
-		return 0, fmt.Errorf("redislock: %s of %v is out of range: at most %d ms", what, d, int64(MaxMillis))
+		return 0, fmt.Errorf("%w: %s of %v is out of range: at most %d ms", ErrInvalidArgument, what, d,
+			int64(MaxMillis))
 	}
 	return int64(ms), nil
 }
@@ -174,7 +176,8 @@ func millis(d time.Duration, what string) (int64, error) {
 // ttlMillis is a TTL in whole milliseconds, rounded up, checked before sending.
 func ttlMillis(ttl time.Duration) (int64, error) {
 	if ttl <= 0 {
-		return 0, fmt.Errorf("redislock: ttl must be positive: a lock of %v would be gone before it is granted", ttl)
+		return 0, fmt.Errorf("%w: ttl must be positive: a lock of %v would be gone before it is granted",
+			ErrInvalidArgument, ttl)
 	}
 	return millis(ttl, "ttl")
 }
