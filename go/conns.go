@@ -184,6 +184,9 @@ func newDedicated(base *redis.Options, target string) *dedicated {
 	d := &dedicated{target: target}
 	opt := *base
 	dial := opt.Dialer
+	if dial == nil {
+		dial = redis.NewDialer(&opt)
+	}
 	opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := dial(ctx, network, addr)
 		if err == nil {

@@ -40,7 +40,11 @@ func TestThroughABlackHoleTheHolderIsToldBeforeARivalIsGranted(t *testing.T) {
 		e.waitForWaiters(t, "job", 1)
 		validUntil := holder.ValidUntil()
 		proxy.BlackHole()
-		<-holder.Context().Done()
+		select {
+		case <-holder.Context().Done():
+		case <-time.After(2 * ttl):
+			t.Fatal("not told")
+		}
 		lostAt := time.Now()
 		grantedAt := <-granted
 		if grantedAt.IsZero() || !lostAt.Before(grantedAt) {

@@ -29,9 +29,6 @@ func Margin(ttl time.Duration) time.Duration {
 	return min(max(ttl*LeaseMarginPercent/100, LeaseMarginMin), ttl)
 }
 
-// farFuture caps deadlines of TTLs of centuries, which time.Time could not add.
-const farFuture = 100 * 365 * 24 * time.Hour
-
 // lease is the shared state of one holding.
 type lease struct {
 	key string
@@ -48,7 +45,7 @@ type lease struct {
 }
 
 func deadline(sent time.Time, ttl time.Duration) time.Time {
-	return sent.Add(min(ttl-Margin(ttl), farFuture))
+	return sent.Add(ttl - Margin(ttl))
 }
 
 // newLease starts the lease of a holding acquired by a request sent at sent: the

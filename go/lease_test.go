@@ -46,7 +46,11 @@ func TestTheContextEndsAtTheDeadlineWithoutAnyReply(t *testing.T) {
 	lost := make(chan error, 1)
 	l, ctx := newLease(context.Background(), "job", start, 200*time.Millisecond, func(err error) { lost <- err })
 	l.failed(errors.New("no reply in time"))
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("not cancelled at the deadline")
+	}
 	if elapsed := time.Since(start); elapsed < 150*time.Millisecond {
 		t.Errorf("cancelled after %v, before the deadline", elapsed)
 	}

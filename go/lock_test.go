@@ -223,7 +223,11 @@ func TestWithoutRenewalTheContextEndsAtTheLease(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
 		start := time.Now()
 		lock := acquire(t, e.locker, "job", 300*time.Millisecond, redislock.WithoutRenewal())
-		<-lock.Context().Done()
+		select {
+		case <-lock.Context().Done():
+		case <-time.After(2 * time.Second):
+			t.Fatal("not told")
+		}
 		if elapsed := time.Since(start); elapsed > 300*time.Millisecond-redislock.Margin(300*time.Millisecond)+200*time.Millisecond {
 			t.Errorf("lost after %v", elapsed)
 		}
