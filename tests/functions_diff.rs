@@ -346,7 +346,7 @@ impl Diff {
                     let holder = holder.clone();
                     self.call("lock_extend", key, &[&holder, "50"]);
                     // Sometimes the key's expiry is then lengthened by hand, which
-                    // lengthens no holding (SPEC "Holdings"). Chosen without the
+                    // lengthens no holding (contract.md "Holdings"). Chosen without the
                     // rng, so a seed replays the same calls as before.
                     let by_hand: &[&str] = match self.log.len() % 3 {
                         0 => &[],
