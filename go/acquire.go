@@ -144,16 +144,17 @@ func (l *Locker) waitModule(ctx context.Context, r *request, wait time.Duration)
 		answered := l.withdraw(r, Module, false, withdrawBound(ctx, err))
 		return nil, l.failure(ctx, r, err, wait, answered)
 	}
-	lock, err := l.granted(ctx, r, Module, reply, sent)
-	if err == nil && time.Since(sent) > Margin(r.ttl) {
+	if time.Since(sent) > Margin(r.ttl) {
 		// Granted after a wait: the server counts the TTL from the grant, the lease
-		// from the send. A prompt extend brings the lease up to date; if it fails,
-		// the shorter lease stays.
-		extendCtx, cancel := context.WithTimeout(ctx, ReleaseLimit)
-		_ = lock.Extend(extendCtx, r.ttl)
-		cancel()
+		// from the send, which may have run out already. A prompt extend brings the
+		// lease up to date; if it fails, the shorter lease stays.
+		again := time.Now()
+		held, err := l.send(ctx, ReleaseLimit, Module, "lock_extend", r.key, r.owner, r.ttlMs)
+		if err == nil && held == int64(1) {
+			sent = again
+		}
 	}
-	return lock, err
+	return l.granted(ctx, r, Module, reply, sent)
 }
 
 // waitLibrary is the library's waiting protocol (docs/PROTOCOL.md): lock_wait (a

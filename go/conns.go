@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// Every lock command runs on a connection of the locker's own (SPEC "Clients"): a
+// Every lock command runs on a connection of the locker's own (contract.md "Clients"): a
 // wait blocks its connection, a renewal must not queue behind anything nor be
 // retried past the lease, and each command has its bound (a wait and its margin, the
 // lease, the control or release limit). go-redis bounds a read by its client's

@@ -105,6 +105,29 @@ func TestAWaiterIsGrantedWhenTheHolderReleases(t *testing.T) {
 	})
 }
 
+// A lock granted after a wait longer than its TTL holds for its TTL from the
+// grant: the module counts it from there, the library's last lock_wait refreshes it.
+func TestALockGrantedAfterAWaitLongerThanItsTTLHolds(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		holder := acquire(t, e.locker, "job", ttl)
+		go func() {
+			time.Sleep(800 * time.Millisecond)
+			_ = holder.Release(ctx)
+		}()
+		lock, err := e.locker.Acquire(ctx, "job", 400*time.Millisecond, redislock.WaitFor(5*time.Second),
+			redislock.WithoutRenewal())
+		must(t, err)
+		defer lock.Release(ctx)
+		if err := context.Cause(lock.Context()); err != nil {
+			t.Fatalf("lost as it was granted: %v", err)
+		}
+		if left := time.Until(lock.ValidUntil()); left < 200*time.Millisecond {
+			t.Errorf("a lease of %v left at the grant", left)
+		}
+	})
+}
+
 func TestWaitersAreGrantedInArrivalOrder(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
