@@ -15,6 +15,7 @@ import (
 // master), keys in every slot range: tries, waits on the key's node, renewals,
 // releases; tagged and untagged keys.
 func TestACluster(t *testing.T) {
+	t.Parallel() // idle most of the time: beside the other long ones
 	for _, k := range []struct {
 		kind    redistest.Kind
 		backend redislock.Backend
@@ -66,6 +67,7 @@ func TestACluster(t *testing.T) {
 
 // The scripts path on Redis 6.2 (no FUNCTION): acquire, wait, renew, release.
 func TestRedis62ScriptsPath(t *testing.T) {
+	t.Parallel() // idle most of the time: beside the other long ones
 	const binary = "/opt/servers/bin/redis-6.2.16"
 	if _, err := osStat(binary); err != nil {
 		t.Skipf("skipped: the scripts path on Redis 6.2 (%s is missing)", binary)

@@ -182,3 +182,29 @@ func TestTheScriptsBackendLoadsTheLibraryAgainAfterAScriptFlush(t *testing.T) {
 	flush()
 	must(t, lock.Release(context.Background()))
 }
+
+// A try whose reply is lost to a broken connection (the server ran it) is asked for
+// once more as the same owner, on a fresh connection: the server answers with the
+// token the first try got, and one holding is there.
+func TestATryWhoseReplyIsLostIsAskedAgainAsTheSameOwner(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		proxy := redistest.StartProxy(t, e.server.Addr())
+		through := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+		defer through.Close()
+		locker := redislock.New(through)
+		defer locker.Close()
+		ctx := context.Background()
+		if _, err := locker.Backend(ctx); err != nil { // detected before the cut
+			t.Fatal(err)
+		}
+		proxy.CutNextReply()
+		lock, err := locker.TryAcquire(ctx, "job", ttl)
+		must(t, err)
+		defer lock.Release(ctx)
+		info := e.info(t, "job")
+		if info == nil || len(info.Holders) != 1 || info.Holders[0].Token != lock.Token() ||
+			info.Holders[0].Owner != lock.Owner() {
+			t.Fatalf("info %+v, lock %d %q", info, lock.Token(), lock.Owner())
+		}
+	})
+}

@@ -79,8 +79,8 @@ func (l *Locker) forget(b Backend) {
 // send makes library call function on key (detection: "" and "COMMAND") through
 // backend b, on a connection of the locker's own to key's server, within limit (or
 // ctx's deadline, if sooner). A reply lost to a broken connection (a server
-// restarted since the connection was last used, a Cluster slot moved) is asked for
-// once more on a fresh connection: every call sent this way may be repeated (the
+// restarted since the connection was last used, a failover's sentinel killing
+// it), or a Cluster slot moved, is asked for once more on a fresh connection: every call sent this way may be repeated (the
 // same owner gets the same answer). A call that got no answer in time is not.
 func (l *Locker) send(ctx context.Context, limit time.Duration, b Backend, function, key string,
 	args ...any) (any, error) {

@@ -16,6 +16,7 @@ type Proxy struct {
 	Port     int
 	listener net.Listener
 	hole     atomic.Bool
+	cutReply atomic.Bool
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -40,6 +41,10 @@ func (p *Proxy) Addr() string { return p.listener.Addr().String() }
 // BlackHole drops everything from now on.
 func (p *Proxy) BlackHole() { p.hole.Store(true) }
 
+// CutNextReply drops the next reply the server sends and closes its connection
+// both ways, as a network that breaks after the server ran a command.
+func (p *Proxy) CutNextReply() { p.cutReply.Store(true) }
+
 func (p *Proxy) accept(upstream string) {
 	for {
 		client, err := p.listener.Accept()
@@ -54,15 +59,20 @@ func (p *Proxy) accept(upstream string) {
 		p.mu.Lock()
 		p.conns = append(p.conns, client, server)
 		p.mu.Unlock()
-		go p.forward(client, server)
-		go p.forward(server, client)
+		go p.forward(client, server, false)
+		go p.forward(server, client, true)
 	}
 }
 
-func (p *Proxy) forward(from, to net.Conn) {
+func (p *Proxy) forward(from, to net.Conn, replies bool) {
 	buf := make([]byte, 32*1024)
 	for {
 		n, err := from.Read(buf)
+		if n > 0 && replies && p.cutReply.CompareAndSwap(true, false) {
+			_ = from.Close()
+			_ = to.Close()
+			return
+		}
 		if n > 0 && !p.hole.Load() {
 			if _, err := to.Write(buf[:n]); err != nil {
 				return

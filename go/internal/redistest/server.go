@@ -180,13 +180,18 @@ func (s *Server) Client() *redis.Client {
 // Do runs one command on a connection of its own and fails the test on an error.
 func (s *Server) Do(args ...any) any {
 	s.t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
-	defer c.Close()
-	reply, err := c.Do(context.Background(), args...).Result()
+	reply, err := s.Query(args...)
 	if err != nil && err != redis.Nil {
 		s.t.Fatalf("%v: %v", args, err)
 	}
 	return reply
+}
+
+// Query runs one command on a connection of its own.
+func (s *Server) Query(args ...any) (any, error) {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	defer c.Close()
+	return c.Do(context.Background(), args...).Result()
 }
 
 // LoadLibrary loads source as the redislock library (FUNCTION LOAD REPLACE).
@@ -274,4 +279,15 @@ func WaitUntil(t testing.TB, limit time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// ReplicaOf makes s a replica of master and waits until the first sync is done.
+func (s *Server) ReplicaOf(master *Server) {
+	s.t.Helper()
+	s.Do("REPLICAOF", "127.0.0.1", master.Port)
+	WaitUntil(s.t, 20*time.Second, "the replica's link up", func() bool {
+		info, _ := s.Query("INFO", "replication")
+		text, _ := info.(string)
+		return strings.Contains(text, "master_link_status:up")
+	})
 }
