@@ -23,9 +23,19 @@ pub const DEFAULT_MAX_OWNER_LEN: usize = 256;
 /// The name `FUNCTION LOAD` registers the library under.
 pub const LIBRARY_NAME: &str = "redislock";
 
-/// The library version (`lock_version`) this protocol was written for: a client
-/// refuses an older library.
-pub const LIBRARY_VERSION: i64 = 1;
+/// The version of the `redislock` library in this repository (`lua/redislock.lua`'s
+/// `local VERSION`, what its `lock_version` answers). Every change of the library's
+/// stored format or of any reply makes a new version (docs/PROTOCOL.md, "Versions").
+pub const LIBRARY_VERSION: i64 = 2;
+
+/// The oldest library version a client of this protocol accepts. Version 1 changed
+/// its stored format twice under one number, so a client cannot know what it reads.
+pub const MIN_LIBRARY_VERSION: i64 = 2;
+
+/// The library versions a client of this protocol accepts: an older library may
+/// misread what this client's library writes, a newer one may answer what this
+/// client does not know.
+pub const LIBRARY_VERSIONS: std::ops::RangeInclusive<i64> = MIN_LIBRARY_VERSION..=LIBRARY_VERSION;
 
 /// The longest lease of a queue place (`lock_wait … LEASE ms`).
 pub const MAX_PLACE_LEASE_MS: u64 = 60_000;
@@ -153,6 +163,20 @@ pub fn owner_args(owner: &[u8]) -> Result<Vec<Vec<u8>>, ProtocolError> {
 mod tests {
     use super::*;
     use crate::args::{parse_acquire, parse_extend, Limits, Wait};
+
+    /// `lua/redislock.lua`'s `local VERSION = n` is [`LIBRARY_VERSION`]: a library
+    /// changed without its constant here (or the reverse) fails.
+    #[test]
+    fn the_library_in_the_repository_is_library_version() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../lua/redislock.lua");
+        let source = std::fs::read_to_string(path).expect("lua/redislock.lua");
+        let versions: Vec<&str> = source
+            .lines()
+            .filter_map(|line| line.strip_prefix("local VERSION = "))
+            .collect();
+        assert_eq!(versions, [LIBRARY_VERSION.to_string()], "{path}");
+        assert!(LIBRARY_VERSIONS.contains(&LIBRARY_VERSION));
+    }
 
     const LIMITS: Limits = Limits {
         max_ttl: 0,
