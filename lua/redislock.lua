@@ -259,18 +259,24 @@ end
 -- token, expires, persistent}, ... } oldest first (by token: tokens grow in grant
 -- order) }.
 local function load_lock(key, now)
-    local raw = redis.pcall('HGETALL', key)
-    if raw.err then
+    -- Whether `key` is a lock, decided in O(1) before reading it all: its format
+    -- (a newer library's hash may hold anything), then its mode, which every lock
+    -- hash has. A hash without one is not a lock, however large (someone's data,
+    -- or the library's own queue hash): reading it whole would hold the server up.
+    local head = redis.pcall('HMGET', key, FORMAT_FIELD, 'mode')
+    if head.err then
         -- WRONGTYPE, or on a Cluster a key of another slot (a key with braces but no
         -- hash tag): the server's own error, before anything was written.
-        fail(raw.err)
+        fail(head.err)
     end
-    -- The format first: a newer library's hash may hold anything.
-    for i = 1, #raw, 2 do
-        if raw[i] == FORMAT_FIELD then
-            check_format(raw[i + 1], 'lock')
+    check_format(head[1], 'lock')
+    if head[2] ~= 'exclusive' and head[2] ~= 'shared' then
+        if head[2] or redis.call('EXISTS', key) == 1 then
+            fail(WRONGTYPE)
         end
+        return { holders = {} }
     end
+    local raw = redis.call('HGETALL', key)
     local lock = { holders = {} }
     for i = 1, #raw, 2 do
         local field, value = raw[i], raw[i + 1]
