@@ -53,19 +53,22 @@ func TestALibraryVersionOutsideTheRangeIsRefusedNamingItAndTheRange(t *testing.T
 			t.Errorf("version %d: %v", v, err)
 		}
 	}
-	for _, v := range []int64{MinLibraryVersion - 1, LibraryVersion + 1} {
+	wanted := map[int64]string{MinLibraryVersion - 1: "older", LibraryVersion + 1: "newer"}
+	for v, word := range wanted {
 		err := CheckLibraryVersion(v)
 		var version *LibraryVersionError
 		if !errors.As(err, &version) || version.Found != v {
 			t.Fatalf("version %d: %v", v, err)
 		}
 		text := err.Error()
-		for _, want := range []string{fmt.Sprintf("version %d;", v),
-			fmt.Sprintf("versions %d to %d", MinLibraryVersion, LibraryVersion)} {
+		for _, want := range []string{fmt.Sprintf("version %d, %s", v, word), accepted(MinLibraryVersion, LibraryVersion)} {
 			if !strings.Contains(text, want) {
 				t.Errorf("%q lacks %q", text, want)
 			}
 		}
+	}
+	if accepted(2, 2) != "version 2" || accepted(2, 3) != "versions 2 to 3" {
+		t.Error(accepted(2, 3))
 	}
 }
 

@@ -125,12 +125,22 @@ type LibraryVersionError struct {
 }
 
 func (e *LibraryVersionError) Error() string {
-	advice := "upgrade it with `redis-lock functions load --url URL`"
 	if e.Found > e.Max {
-		advice = "upgrade this client"
+		return fmt.Sprintf("redislock: the redislock library on the server is version %d, newer than this "+
+			"client accepts (%s): upgrade this client to one made for library version %d", e.Found,
+			accepted(e.Min, e.Max), e.Found)
 	}
-	return fmt.Sprintf("redislock: the redislock library on the server is version %d; this client speaks "+
-		"versions %d to %d: %s", e.Found, e.Min, e.Max, advice)
+	return fmt.Sprintf("redislock: the redislock library on the server is version %d, older than this "+
+		"client accepts (%s): upgrade it with `redis-lock functions load --url URL`", e.Found,
+		accepted(e.Min, e.Max))
+}
+
+// accepted is a range of library versions in words: "version 2", "versions 2 to 3".
+func accepted(min, max int64) string {
+	if min == max {
+		return fmt.Sprintf("version %d", min)
+	}
+	return fmt.Sprintf("versions %d to %d", min, max)
 }
 
 // CheckLibraryVersion is nil for a library version this client speaks

@@ -3,6 +3,8 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -207,4 +209,24 @@ func TestATryWhoseReplyIsLostIsAskedAgainAsTheSameOwner(t *testing.T) {
 			t.Fatalf("info %+v, lock %d %q", info, lock.Token(), lock.Owner())
 		}
 	})
+}
+
+// An older library loaded over the one the locker found cannot read what that one
+// wrote and answers WRONGTYPE: the locker asks lock_version and says which version
+// the server has now.
+func TestAnOlderLibraryLoadedUnderAHolderIsNamed(t *testing.T) {
+	e := newEnv(t, redistest.Functions, redislock.Functions)
+	ctx := context.Background()
+	lock, err := e.locker.TryAcquire(ctx, "job", ttl, redislock.Limit(3), redislock.WithoutRenewal())
+	must(t, err)
+	old, err := os.ReadFile(filepath.Join(redistest.Root(), "tests", "fixtures", "redislock-v1.lua"))
+	if err != nil {
+		t.Skipf("no version-1 library to load: %v", err)
+	}
+	e.server.LoadLibrary(string(old))
+	err = lock.Extend(ctx, ttl)
+	var version *redislock.LibraryVersionError
+	if !errors.As(err, &version) || version.Found != 1 {
+		t.Fatalf("%v", err)
+	}
 }

@@ -124,6 +124,15 @@ func callOn(ctx context.Context, d *dedicated, b Backend, function, key string, 
 		}
 		reply, err = d.do(ctx, c.args...)
 	}
+	if b == Functions && function != "lock_version" && redis.HasErrorPrefix(err, "WRONGTYPE") {
+		// An older library loaded over the one detected cannot read what that one
+		// wrote: say which version the server has now rather than WRONGTYPE.
+		if found, verr := d.do(ctx, Functions.command("lock_version", "").args...); verr == nil {
+			if version, ok := found.(int64); ok && CheckLibraryVersion(version) != nil {
+				return nil, CheckLibraryVersion(version)
+			}
+		}
+	}
 	return reply, err
 }
 

@@ -5,6 +5,6 @@ package redislock
 // The versions of the redislock library (its lock_version) this client accepts:
 // MinLibraryVersion to LibraryVersion, both included.
 const (
-	MinLibraryVersion = 1
-	LibraryVersion    = 1
+	MinLibraryVersion = 2
+	LibraryVersion    = 2
 )
