@@ -53,6 +53,7 @@ export function bounded(
     const aborted = (): void => {
       finish();
       onGiveUp?.();
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- the caller's own reason
       reject(signal?.reason);
     };
     if (signal?.aborted) {
@@ -77,6 +78,7 @@ export function bounded(
       },
       (error: unknown) => {
         finish();
+        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- the client's error as it is
         reject(error);
       },
     );

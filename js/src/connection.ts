@@ -127,7 +127,7 @@ function hasMethod(value: unknown, name: string): boolean {
 export function driverFor(client: unknown): Driver {
   if (hasMethod(client, "call") && hasMethod(client, "duplicate")) {
     const io = client as IoRedis | IoCluster;
-    return io.isCluster === true ? new IoClusterDriver(io as IoCluster) : new IoRedisDriver(io as IoRedis);
+    return io.isCluster === true ? new IoClusterDriver(io as IoCluster) : new IoRedisDriver(io);
   }
   if (hasMethod(client, "sendCommand") && hasMethod(client, "duplicate")) {
     if (hasMethod(client, "getSlotMaster")) return new NodeClusterDriver(client as NodeCluster);
@@ -205,8 +205,13 @@ async function ioConnect(redis: IoRedis, node: string): Promise<Connection> {
   return connection;
 }
 
+/** A host or port from a client's options, as text. */
+function word(value: unknown): string {
+  return typeof value === "string" || typeof value === "number" ? String(value) : "";
+}
+
 function ioNode(redis: IoRedis): string {
-  return `${String(redis.options["host"] ?? "")}:${String(redis.options["port"] ?? "")}`;
+  return `${word(redis.options["host"])}:${word(redis.options["port"])}`;
 }
 
 class IoRedisDriver implements Driver {
@@ -264,8 +269,9 @@ class IoClusterDriver implements Driver {
 
   private routed(): Promise<IoCluster> {
     if (this.shared === undefined) {
-      const redisOptions = { ...(this.client.options.redisOptions ?? {}), stringNumbers: true };
-      const cluster = this.client.duplicate(undefined, { lazyConnect: true, redisOptions });
+      // Only for the slot map and the nodes: its integers stay numbers (ioredis reads
+      // CLUSTER SLOTS' ranges as numbers); calls go on node connections of their own.
+      const cluster = this.client.duplicate(undefined, { lazyConnect: true });
       ignoreErrors(cluster);
       const made = cluster.connect().then(() => cluster);
       this.shared = made;
@@ -280,15 +286,17 @@ class IoClusterDriver implements Driver {
   /** The master serving `key`'s slot ("host:port"). */
   private async nodeOf(key: string | undefined): Promise<{ cluster: IoCluster; node: IoRedis }> {
     const cluster = await this.routed();
+    const slot = key === undefined ? undefined : keySlot(key);
+    if (slot !== undefined && cluster.slots[slot] === undefined) await this.refresh(); // a map read mid-gossip
     const masters = cluster.nodes("master");
-    const wanted = key === undefined ? undefined : cluster.slots[keySlot(key)]?.[0];
+    const wanted = slot === undefined ? undefined : cluster.slots[slot]?.[0];
     const node = masters.find((m) => ioNode(m) === wanted) ?? masters[0];
     if (node === undefined) throw new Error("the cluster has no master connected");
     return { cluster, node };
   }
 
-  async command(): Promise<Connection> {
-    return new IoClusterCommands(this);
+  command(): Promise<Connection> {
+    return Promise.resolve(new IoClusterCommands(this));
   }
 
   async connectionFor(key: string | undefined): Promise<Connection> {
@@ -416,7 +424,7 @@ async function nodeConnect(client: NodeRedis, node: string): Promise<Connection>
 function nodeRedisNode(client: NodeRedis): string {
   const socket = client.options?.socket ?? {};
   const url = client.options?.["url"];
-  return typeof url === "string" ? url : `${String(socket["host"] ?? "")}:${String(socket["port"] ?? "")}`;
+  return typeof url === "string" ? url : `${word(socket["host"])}:${word(socket["port"])}`;
 }
 
 /** node-redis' options for a dedicated connection: no reconnect (so nothing is sent

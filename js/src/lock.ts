@@ -23,7 +23,7 @@ export interface Holder {
   event(name: "lost" | "renewalFailed" | "released" | "renewed", lock: Lock, detail?: unknown): void;
 }
 
-export class Lock {
+export class Lock implements AsyncDisposable {
   /** The key the lock lives at. */
   readonly key: string;
   /** The owner id the server knows this holding by. */
@@ -125,7 +125,11 @@ export class Lock {
     return this.extendOn(connection, ttl, RELEASE_LIMIT_MS);
   }
 
-  /** Releases the lock: `await using lock = await locks.acquire(…)`. */
+  /** Releases the lock unless released already: `await using lock = await
+   * locks.acquire(…)` (Node 20.4+ has the symbol). */
+  declare [Symbol.asyncDispose]: () => Promise<void>;
+
+  /** What `await using` calls: releases the lock unless released already. */
   async dispose(): Promise<void> {
     if (!this.signal.aborted || (this.signal.reason as LockLostError).why !== "released") {
       await this.release().catch(() => false);
@@ -234,7 +238,4 @@ if (asyncDispose !== undefined) {
       return this.dispose();
     },
   });
-}
-export interface Lock {
-  [Symbol.asyncDispose](): Promise<void>;
 }

@@ -228,7 +228,8 @@ export class Cluster {
     const deadline = Date.now() + 30_000;
     for (;;) {
       const states = await Promise.all(nodes.map((n) => n.call(["CLUSTER", "INFO"])));
-      if (states.every((s) => s.includes("cluster_state:ok"))) break;
+      const known = `cluster_known_nodes:${nodes.length}`;
+      if (states.every((s) => s.includes("cluster_state:ok") && s.includes(known))) break;
       if (Date.now() > deadline) throw new Error("the cluster did not come up");
       await sleep(50);
     }
@@ -247,16 +248,16 @@ export class Cluster {
  * connections are accepted and then hear nothing.
  */
 export class BlackHole {
-  cutOff = false;
   private constructor(
     private readonly server: NetServer,
     private readonly sockets: Set<Socket>,
+    private readonly state: { cutOff: boolean },
     readonly port: number,
   ) {}
 
   static async start(target: number): Promise<BlackHole> {
     const sockets = new Set<Socket>();
-    let hole: BlackHole | undefined;
+    const state = { cutOff: false };
     const server = createServer((client) => {
       const upstream = connect(target, "127.0.0.1");
       for (const s of [client, upstream]) {
@@ -265,10 +266,10 @@ export class BlackHole {
         s.on("close", () => sockets.delete(s));
       }
       client.on("data", (d) => {
-        if (!hole?.cutOff) upstream.write(d);
+        if (!state.cutOff) upstream.write(d);
       });
       upstream.on("data", (d) => {
-        if (!hole?.cutOff) client.write(d);
+        if (!state.cutOff) client.write(d);
       });
       client.on("close", () => upstream.destroy());
       upstream.on("close", () => client.destroy());
@@ -276,8 +277,7 @@ export class BlackHole {
     await new Promise<void>((ok) => server.listen(0, "127.0.0.1", ok));
     const address = server.address();
     if (typeof address !== "object" || address === null) throw new Error("no proxy port");
-    hole = new BlackHole(server, sockets, address.port);
-    return hole;
+    return new BlackHole(server, sockets, state, address.port);
   }
 
   get url(): string {
@@ -285,7 +285,7 @@ export class BlackHole {
   }
 
   cut(): void {
-    this.cutOff = true;
+    this.state.cutOff = true;
   }
 
   async stop(): Promise<void> {
