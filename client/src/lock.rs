@@ -37,6 +37,9 @@ pub struct Lock {
     pub(crate) token: i64,
     pub(crate) lease: Arc<Lease>,
     pub(crate) backend: Backend,
+    /// The process that acquired it: a holding belongs to it alone (see
+    /// [`Lock::in_another_process`]).
+    pub(crate) pid: u32,
 }
 
 /// The holding as a user reads it: key, owner, token, backend, and the lease's state
@@ -71,7 +74,16 @@ impl Lock {
             token,
             lease: Lease::new(sent, ttl),
             backend: Backend::Module,
+            pid: std::process::id(),
         }
+    }
+
+    /// True in a process forked from the one that acquired the lock: there, a
+    /// release or an extend sends nothing and answers `false` (the holding is the
+    /// parent's, which goes on holding and renewing it), and a guard dropped there
+    /// leaves it alone.
+    pub(crate) fn in_another_process(&self) -> bool {
+        self.pid != std::process::id()
     }
 
     /// The same lock, held through `backend`.
