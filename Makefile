@@ -14,7 +14,7 @@ MODULE    := target/release/libredis_lock.so
 DEBS      := redis-server redis-tools redis-sentinel libclang-dev python3-venv prometheus-redis-exporter dpkg-dev
 PYTHON    ?= python3
 
-.PHONY: all build run install install-build uninstall deb test test-library test-library-scripts test-package test-servers python-test test-js bench bench-peers demo memcheck fuzz torture failover deps lint clean
+.PHONY: all build run install install-build uninstall deb test test-library test-library-scripts test-package test-servers python-test test-js js-build bench bench-peers demo memcheck fuzz torture failover deps lint clean
 
 all: build
 
@@ -173,18 +173,23 @@ python-test: $(VENV)/.installed
 # their own redis-servers with the debug build of the module: module, library,
 # scripts, a 3-master Cluster, Redis 6.2 where REDIS62_SERVER exists, faults; with
 # ioredis 6 and 5 and node-redis 6 and 4. Needs Node.js 20+ and npm on PATH.
+# `make js-build` alone builds the package and the tests and conformance adapter
+# (js/build/conformance/adapter.js, registered in conformance/adapters/node-*.json).
 JS_INSTALLED := js/node_modules/.installed-lock.json
-test-js:
-	@command -v npm >/dev/null || { echo "make test-js needs Node.js 20+ and npm on PATH"; exit 1; }
-	$(CARGO) build --lib -p redis-lock
+js-build:
+	@command -v npm >/dev/null || { echo "the Node client needs Node.js 20+ and npm on PATH"; exit 1; }
 	@if ! cmp -s js/package-lock.json $(JS_INSTALLED); then \
 	  echo "cd js && npm ci"; \
 	  (cd js && npm ci --no-audit --no-fund --loglevel=error) && cp js/package-lock.json $(JS_INSTALLED); \
 	fi
 	cd js && npm run --silent build
+	cd js && npx tsc -p tsconfig.test.json && chmod +x build/conformance/adapter.js
+
+test-js: js-build
+	$(CARGO) build --lib -p redis-lock
 	cd js && npx tsc --noEmit -p tsconfig.json
 	cd js && npx eslint .
-	cd js && REDIS62_SERVER=$(REDIS62_SERVER) npm test --silent
+	cd js && REDIS62_SERVER=$(REDIS62_SERVER) node --test --test-concurrency=1 build/test/*.test.js
 
 # The module's integration tests against other servers, one after another: SERVERS
 # names their binaries (Redis 7.2, 7.4, 8.x, Valkey 8 builds; built apart from this

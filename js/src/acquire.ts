@@ -22,6 +22,9 @@ import type { Connection } from "./connection.js";
 import { CommandTimeoutError, UnexpectedReplyError, WaitUnansweredError } from "./errors.js";
 import { now } from "./lease.js";
 import {
+  CONTROL_LIMIT_MS,
+  RELEASE_LIMIT_MS,
+  WITHDRAW_AFTER_TIMEOUT_MS,
   type Backend,
   type Mode,
   WAIT_MARGIN_MS,
@@ -35,14 +38,7 @@ import {
   ttlArg,
 } from "./protocol.js";
 
-/** How long a short call (an acquire that does not wait, a release) may take. */
-export const COMMAND_LIMIT_MS = 2000;
-/** How long a withdrawal may take before it is given up (the lock then lapses with
- * its TTL). */
-export const RELEASE_LIMIT_MS = 1000;
-/** The bound of a withdrawal after an unanswered wait: the server hangs or the path
- * is cut, and waiting for this reply would only push the give-up past its bound. */
-const WITHDRAW_AFTER_TIMEOUT_MS = 100;
+const COMMAND_LIMIT_MS = CONTROL_LIMIT_MS;
 
 export interface Request {
   key: string;

@@ -20,11 +20,17 @@ export {
 export type { LossReason } from "./errors.js";
 export {
   BACKENDS,
+  CONTROL_LIMIT_MS,
+  LEASE_MARGIN_MIN_MS,
+  LEASE_MARGIN_PERCENT,
   LIBRARY_VERSION,
   MAX_MILLIS,
   MAX_PERMITS,
   MIN_LIBRARY_VERSION,
+  RELEASE_LIMIT_MS,
+  RENEWAL_DIVISOR,
   WAIT_MARGIN_MS,
+  WITHDRAW_AFTER_TIMEOUT_MS,
   margin,
 } from "./protocol.js";
 export type { Backend, Mode } from "./protocol.js";

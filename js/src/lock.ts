@@ -11,8 +11,7 @@ import { call, isFunctionMissing, isServerError } from "./calls.js";
 import type { Connection } from "./connection.js";
 import { LockLostError, type LossReason } from "./errors.js";
 import { Lease, now } from "./lease.js";
-import { type Backend, type Mode, flag, period, retryDelay, ttlArg } from "./protocol.js";
-import { RELEASE_LIMIT_MS } from "./acquire.js";
+import { type Backend, type Mode, RELEASE_LIMIT_MS, flag, period, retryDelay, ttlArg } from "./protocol.js";
 
 /** What a lock needs from the `Locks` that made it. */
 export interface Holder {

@@ -7,12 +7,21 @@ import { EventEmitter } from "node:events";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 
-import { COMMAND_LIMIT_MS, acquire, type Channels } from "./acquire.js";
+import { acquire, type Channels } from "./acquire.js";
 import { LIBRARY_SOURCE, type LockInfo, bounded, call, detect, isFunctionMissing, parseInfo } from "./calls.js";
 import { type Connection, type Driver, driverFor } from "./connection.js";
 import { LockError, type LockLostError, describe } from "./errors.js";
 import { Lock, type Holder } from "./lock.js";
-import { type Backend, BACKENDS, type Mode, checkOwner, checkVersion, command, integer } from "./protocol.js";
+import {
+  type Backend,
+  BACKENDS,
+  CONTROL_LIMIT_MS as COMMAND_LIMIT_MS,
+  type Mode,
+  checkOwner,
+  checkVersion,
+  command,
+  integer,
+} from "./protocol.js";
 
 /** Where `Locks` tells what happens to its locks, besides its events. */
 export interface Logger {

@@ -35,8 +35,25 @@ export type Backend = "module" | "functions" | "scripts";
 /** Every backend, in the order detection tries them. */
 export const BACKENDS: readonly Backend[] = ["module", "functions", "scripts"];
 
-/** How long past its timeout a wait may go unanswered before it is given up. */
+/** How long past its timeout a wait may go unanswered before it is given up: the
+ * server answers a wait that runs out at its end; the margin covers the round trip
+ * and a busy server, and bounds the wait when the server hangs or the network drops
+ * everything. */
 export const WAIT_MARGIN_MS = 1000;
+/** A holding is renewed every TTL / this: at a third of its TTL. */
+export const RENEWAL_DIVISOR = 3;
+/** The lease ends `margin` before *send time + TTL*: this percent of the TTL... */
+export const LEASE_MARGIN_PERCENT = 10;
+/** ...and at least this many ms (never more than the TTL). */
+export const LEASE_MARGIN_MIN_MS = 50;
+/** How long a connect, the backend probe, or an acquire that does not wait may take. */
+export const CONTROL_LIMIT_MS = 2000;
+/** How long a release, an extend, or the withdrawal of a cancelled or failed acquire
+ * may take before it is given up (the lock then lapses with its TTL). */
+export const RELEASE_LIMIT_MS = 1000;
+/** How long the withdrawal after an unanswered wait may take: the server hangs or the
+ * path is cut, and waiting for this reply would only push the give-up past its bound. */
+export const WITHDRAW_AFTER_TIMEOUT_MS = 100;
 
 /** What kind of holding is asked for. */
 export interface Mode {
@@ -49,12 +66,12 @@ export interface Mode {
 /** How much earlier than *send time + TTL* a lease ends: 10% of the TTL, at least
  * 50 ms, and never more than the TTL. */
 export function margin(ttlMs: number): number {
-  return Math.min(Math.max(ttlMs / 10, 50), ttlMs);
+  return Math.min(Math.max((ttlMs * LEASE_MARGIN_PERCENT) / 100, LEASE_MARGIN_MIN_MS), ttlMs);
 }
 
 /** How often a lock of `ttlMs` is renewed: a third of its TTL. */
 export function period(ttlMs: number): number {
-  return Math.max(ttlMs / 3, 1);
+  return Math.max(ttlMs / RENEWAL_DIVISOR, 1);
 }
 
 /** The pause before another try after a failed renewal: short, so that a blip costs
