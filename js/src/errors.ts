@@ -33,7 +33,12 @@ export class LockLostError extends LockError {
     readonly why: LossReason,
     readonly lastError?: unknown,
   ) {
+    // No stack: it would show the timer or the reply that found the loss, not the
+    // holder's code, and a release makes one every time (the signal's reason).
+    const limit = Error.stackTraceLimit;
+    Error.stackTraceLimit = 0;
     super(lossText(key, why, lastError));
+    Error.stackTraceLimit = limit;
   }
 }
 
