@@ -129,7 +129,8 @@ impl Lock {
         &self.key
     }
 
-    /// The owner id the lock was taken with (a fresh UUID v4 unless given).
+    /// The owner id the lock was taken with: `host:pid:` and 16 random hex digits,
+    /// fresh per acquisition ([`fresh_owner`](crate::fresh_owner)), unless given.
     pub fn owner(&self) -> &str {
         &self.owner
     }
@@ -188,7 +189,8 @@ pub enum Mode {
 }
 
 /// An owner id as the server keeps it: binary-safe bytes, compared with and shown as
-/// text. The owners this crate makes are UUIDs.
+/// text. The owners this crate makes are `host:pid:` and 16 random hex digits
+/// ([`fresh_owner`](crate::fresh_owner)).
 ///
 /// ```
 /// use redis_lock_client::Owner;

@@ -19,7 +19,7 @@ use redis_lock_core::protocol;
 
 use crate::backend::{check_version, script_load, script_sha, Backend};
 use crate::connector::WAIT_MARGIN;
-use crate::error::{Error, Result};
+use crate::error::{server_text, Error, Result};
 use crate::lease::margin;
 use crate::lock::Lock;
 use crate::request::{Durable, Next, Request, Wait};
@@ -338,13 +338,6 @@ impl Machine for Detect {
 }
 
 /// A server's error as it sent it: code and text.
-fn server_text(error: &RedisError) -> String {
-    match (error.code(), error.detail()) {
-        (Some(code), Some(detail)) => format!("{code} {}", detail.trim()),
-        _ => error.to_string(),
-    }
-}
-
 /// A connection failure ends the probing: the next backend would fail alike.
 fn is_fatal(error: &RedisError) -> bool {
     crate::error::is_connection_error(error)

@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 import threading
 
-#: The longest TTL or wait the server takes, in ms (2^62).
-MAX_MILLIS = 1 << 62
+#: The longest TTL or wait the server takes, in ms (2^62 - 1, as the module's).
+MAX_MILLIS = (1 << 62) - 1
 
 
 def margin(ttl: float) -> float:
