@@ -7,7 +7,7 @@
  * and is tried again soon. The loss signal does not depend on renewal: the lease's
  * timer aborts it at the local deadline whatever the renewals are doing.
  */
-import { call, isFunctionMissing, isServerError } from "./calls.js";
+import { call, isFunctionMissing } from "./calls.js";
 import type { Connection } from "./connection.js";
 import { LockLostError, type LossReason } from "./errors.js";
 import { Lease, now } from "./lease.js";
@@ -190,8 +190,7 @@ export class Lock implements AsyncDisposable {
       this.lease.lastError = error;
       if (!this.stopped) {
         this.holder.event("renewalFailed", this, error);
-        // A server's error reply is not a blip that a quick retry fixes.
-        this.schedule(now() + (isServerError(error) ? period(ttl) / 4 : retryDelay(ttl)));
+        this.schedule(now() + retryDelay(ttl));
       }
     } finally {
       this.renewing = false;

@@ -90,6 +90,32 @@ for (const backend of ["module", "functions"] as const) {
         }
       });
 
+      it("never re-sends a wait whose connection dropped: the acquire fails and leaves no place", async () => {
+        const redis = await client(name, server.port);
+        const locks = new Locks(redis.redis);
+        try {
+          const key = fresh("dropped");
+          const holder = await locks.tryAcquire(key, { ttl: 10_000 });
+          assert.ok(holder);
+          const waiting = locks.acquire(key, { ttl: 10_000, wait: 20_000 });
+          await eventually(async () => (await locks.info(key))?.waiters === 1, 5000, "queued");
+          // The waiting connection: blocked in LOCK.ACQUIRE (module) or BLPOP (library).
+          const list = await server.call(["CLIENT", "LIST"]);
+          const blocked = list.split("\n").find((line) => /cmd=(lock\.acquire|blpop) /.test(line));
+          const id = /id=(\d+)/.exec(blocked ?? "")?.[1];
+          assert.ok(id, list);
+          await server.call(["CLIENT", "KILL", "ID", id]);
+          await assert.rejects(waiting);
+          await sleep(300); // a driver that re-sent the wait would have queued it again by now
+          assert.equal((await locks.info(key))?.waiters, 0);
+          await holder.release();
+          assert.equal(await locks.info(key), null);
+        } finally {
+          locks.close();
+          await redis.close();
+        }
+      });
+
       it("gives up a wait on a stopped server within its timeout and the margin", async () => {
         const redis = await client(name, server.port);
         const locks = new Locks(redis.redis);
