@@ -66,12 +66,13 @@ OURS = ["ours-rust", "ours-redis-py", "ours-python"]
 # The function library, for servers that cannot load the module: the same clients.
 FUNCTIONS = ["ours-rust-functions", "ours-python-functions", "ours-node-functions"]
 # The Node sides: our client and the Node peers (issue 34).
-NODE_SIDES = ["ours-node", "ours-node-redis", "ours-node-functions", "node-redlock", "node-redis-semaphore"]
+NODE_SIDES = ["ours-node", "ours-node-redis", "ours-node-functions", "ours-ioredis", "node-redlock",
+              "node-redis-semaphore"]
 LIBRARY = os.path.join(ROOT, "lua/redislock.lua")
 ALL_SIDES = OURS + FUNCTIONS + ["redis-py-lock", "redis-py-lock-1ms", "python-redis-lock", "pottery-redlock", "etcd3-lock",
                     "redisson-rlock", "redisson-fairlock", "redsync", "redsync-tuned",
                     "ours-rust-limit3", "redisson-semaphore", "ours-rust-rw", "redisson-rwlock",
-                    "ours-node", "ours-node-redis", "node-redlock", "node-redis-semaphore"]
+                    "ours-node", "ours-node-redis", "ours-ioredis", "node-redlock", "node-redis-semaphore"]
 # The read-write rows: this many readers, and RW_WRITERS writers beside them.
 RW_READERS, RW_WRITERS = 16, 2
 RW_SIDES = ["ours-rust-rw", "redisson-rwlock"]

@@ -25,10 +25,11 @@ LABELS = {
     "ours-node": "ours: the Node client (ioredis)",
     "ours-node-redis": "ours: the Node client (node-redis)",
     "ours-node-functions": "ours: the function library, Node client (ioredis)",
+    "ours-ioredis": "ours: LOCK.ACQUIRE WAIT, plain ioredis",
     "node-redlock": "node-redlock 5 (defaults)",
     "node-redis-semaphore": "redis-semaphore Mutex (defaults)",
 }
-OURS = ["ours-rust", "ours-redis-py", "ours-python"]
+OURS = ["ours-rust", "ours-redis-py", "ours-python", "ours-ioredis"]
 # The function library's sides (no module), with targets of their own.
 FUNCTIONS = ["ours-rust-functions", "ours-python-functions", "ours-node-functions"]
 # The Node client's sides, against the Node peers (issue 34).
