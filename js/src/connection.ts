@@ -46,10 +46,15 @@ export interface Driver {
   close(): void;
 }
 
-/** The options a dedicated ioredis connection overrides. */
+/** What every ioredis connection of the lock's own overrides: integers as strings
+ * (exact tokens), and no `keyPrefix` (ioredis would prefix the keys of FCALL, EVALSHA
+ * and BLPOP but not those of the module's commands, which it does not know: lock keys
+ * are used as given, on every backend). */
+const IOREDIS_OWN = { lazyConnect: true, stringNumbers: true, keyPrefix: "" } as const;
+
+/** The options a dedicated ioredis connection overrides besides. */
 const IOREDIS_DEDICATED = {
-  lazyConnect: true,
-  stringNumbers: true,
+  ...IOREDIS_OWN,
   enableOfflineQueue: false,
   maxRetriesPerRequest: 0,
   autoResendUnfulfilledCommands: false,
@@ -223,8 +228,7 @@ class IoRedisDriver implements Driver {
   command(): Promise<Connection> {
     if (this.shared === undefined) {
       const redis = this.client.duplicate({
-        lazyConnect: true,
-        stringNumbers: true,
+        ...IOREDIS_OWN,
         commandTimeout: undefined,
         blockingTimeout: undefined,
         enableAutoPipelining: false,
@@ -304,7 +308,7 @@ class IoClusterDriver implements Driver {
     const address = ioNode(node);
     let connection = this.nodes.get(address);
     if (connection === undefined) {
-      connection = ioConnect(node.duplicate({ lazyConnect: true, stringNumbers: true }), address);
+      connection = ioConnect(node.duplicate({ ...IOREDIS_OWN }), address);
       this.nodes.set(address, connection);
     }
     const made = await connection.catch((error: unknown) => {
@@ -335,7 +339,7 @@ class IoClusterDriver implements Driver {
   async masters(): Promise<Connection[]> {
     const cluster = await this.routed();
     return Promise.all(
-      cluster.nodes("master").map((node) => ioConnect(node.duplicate({ lazyConnect: true, stringNumbers: true }), ioNode(node))),
+      cluster.nodes("master").map((node) => ioConnect(node.duplicate({ ...IOREDIS_OWN }), ioNode(node))),
     );
   }
 
@@ -433,7 +437,7 @@ function nodeRedisNode(client: NodeRedis): string {
 function nodeDedicated(client: NodeRedis): Record<string, unknown> {
   const socket: Record<string, unknown> = { ...(client.options?.socket ?? {}), reconnectStrategy: false };
   delete socket["socketTimeout"];
-  return { socket, disableOfflineQueue: true, pingInterval: undefined };
+  return { socket, disableOfflineQueue: true, pingInterval: undefined, keyPrefix: undefined };
 }
 
 class NodeRedisDriver implements Driver {
@@ -444,7 +448,7 @@ class NodeRedisDriver implements Driver {
 
   command(): Promise<Connection> {
     if (this.shared === undefined) {
-      const made = nodeConnect(this.client.duplicate(), nodeRedisNode(this.client));
+      const made = nodeConnect(this.client.duplicate({ keyPrefix: undefined }), nodeRedisNode(this.client));
       this.shared = made;
       made.catch(() => {
         if (this.shared === made) this.shared = undefined;

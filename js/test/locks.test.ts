@@ -228,3 +228,29 @@ for (const backend of BACKENDS) {
     }
   });
 }
+
+describe("a client with a keyPrefix", () => {
+  for (const backend of ["module", "functions"] as const) {
+    it(`uses lock keys as given on the ${backend} backend (the prefix is not applied)`, async () => {
+      const server = await Server.start({ module: backend === "module", library: backend === "functions" });
+      const { Redis } = await import("ioredis");
+      const redis = new Redis(server.port, "127.0.0.1", { keyPrefix: "app:" });
+      const locks = new Locks(redis);
+      try {
+        const holder = await locks.tryAcquire("prefixed", { ttl: 10_000 });
+        assert.ok(holder);
+        assert.equal(await server.call(["EXISTS", "prefixed"]), ":1\r\n");
+        const waiting = locks.acquire("prefixed", { ttl: 10_000, wait: 5000 });
+        await eventually(async () => (await locks.info("prefixed"))?.waiters === 1);
+        await holder.release();
+        const next = await waiting;
+        assert.ok(next);
+        await next.release();
+      } finally {
+        locks.close();
+        redis.disconnect();
+        await server.stop();
+      }
+    });
+  }
+});
