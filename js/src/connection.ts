@@ -135,6 +135,11 @@ export function driverFor(client: unknown): Driver {
     return io.isCluster === true ? new IoClusterDriver(io as IoCluster) : new IoRedisDriver(io);
   }
   if (hasMethod(client, "sendCommand") && hasMethod(client, "duplicate")) {
+    if (hasMethod(client, "getSentinelNode")) {
+      throw new TypeError(
+        "node-redis' Sentinel client (createSentinel) is not supported yet: use ioredis with sentinels, or a node-redis client of the master",
+      );
+    }
     if (hasMethod(client, "getSlotMaster")) return new NodeClusterDriver(client as NodeCluster);
     return new NodeRedisDriver(client as NodeRedis);
   }
