@@ -90,3 +90,13 @@ describe("the wire", () => {
     assert.equal(esm.margin(20), 20);
   });
 });
+
+describe("the Redis client given", () => {
+  it("is refused, saying what to give, when it is none the client supports", () => {
+    assert.throws(() => new esm.Locks({}), /ioredis client .* or a node-redis client/);
+    const sentinel = { sendCommand: () => undefined, duplicate: () => undefined, getSentinelNode: () => undefined };
+    assert.throws(() => new esm.Locks(sentinel), /Sentinel client \(createSentinel\) is not supported yet/);
+    const redis = { call: () => undefined, duplicate: () => undefined, on: () => undefined };
+    assert.throws(() => new esm.Locks(redis, { backend: "redis" as esm.Backend }), /backend must be/);
+  });
+});
