@@ -29,14 +29,19 @@ export class Lease {
   ttl: number;
   validUntil: number;
   lastError: unknown;
-  readonly controller = new AbortController();
+  /** Why it ended, once it did. */
+  ended: LossReason | undefined;
+  // The signal and its reason are made when first asked for (or at a loss): an
+  // AbortController and its abort cost more than the rest of a short holding.
+  private controller: AbortController | undefined;
+  private error: LockLostError | undefined;
   private timer: NodeJS.Timeout | undefined;
 
   constructor(
     sent: number,
     ttl: number,
     private readonly loss: (why: LossReason, lastError: unknown) => LockLostError,
-    private readonly onLost: (error: LockLostError) => void,
+    private readonly onEnd: (why: LossReason) => void,
   ) {
     this.sent = sent;
     this.ttl = ttl;
@@ -45,12 +50,28 @@ export class Lease {
   }
 
   get lost(): boolean {
-    return this.controller.signal.aborted || now() >= this.validUntil;
+    return this.ended !== undefined || now() >= this.validUntil;
+  }
+
+  /** Aborted, with {@link reason}, once the lease ended. */
+  get signal(): AbortSignal {
+    if (this.controller === undefined) {
+      this.controller = new AbortController();
+      if (this.ended !== undefined) this.controller.abort(this.reason());
+    }
+    return this.controller.signal;
+  }
+
+  /** Why it ended, as the signal's reason; undefined while it holds. */
+  reason(): LockLostError | undefined {
+    if (this.ended === undefined) return undefined;
+    this.error ??= this.loss(this.ended, this.lastError);
+    return this.error;
   }
 
   /** Milliseconds left of the lease; 0 once lost. */
   remaining(): number {
-    return this.controller.signal.aborted ? 0 : Math.max(this.validUntil - now(), 0);
+    return this.ended !== undefined ? 0 : Math.max(this.validUntil - now(), 0);
   }
 
   /**
@@ -71,11 +92,11 @@ export class Lease {
 
   /** Ends the lease: the first reason given stays. */
   end(why: LossReason): void {
-    if (this.controller.signal.aborted) return;
+    if (this.ended !== undefined) return;
+    this.ended = why;
     clearTimeout(this.timer);
-    const error = this.loss(why, this.lastError);
-    this.controller.abort(error);
-    this.onLost(error);
+    this.controller?.abort(this.reason());
+    this.onEnd(why);
   }
 
   /** The deadline's timer, unref'ed: a lease never keeps the process alive. A timer

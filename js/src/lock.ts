@@ -58,9 +58,9 @@ export class Lock implements AsyncDisposable {
       fields.sent,
       fields.ttl,
       (why: LossReason, lastError: unknown) => new LockLostError(this.key, this.owner, this.token, why, lastError),
-      (error) => {
+      (why) => {
         this.stop();
-        if (error.why !== "released") holder.event("lost", this, error);
+        if (why !== "released") holder.event("lost", this, this.lease.reason());
       },
     );
     if (renew) this.schedule(this.lease.sent + period(fields.ttl));
@@ -73,7 +73,7 @@ export class Lock implements AsyncDisposable {
    * {@link LockLostError} saying which.
    */
   get signal(): AbortSignal {
-    return this.lease.controller.signal;
+    return this.lease.signal;
   }
 
   /** True once the lock is lost, or its lease ran out, or it was released. */
@@ -94,8 +94,9 @@ export class Lock implements AsyncDisposable {
   /** Throws the {@link LockLostError} once the lock is lost: `lock.check()` between
    * steps of the work stops it before it does harm. */
   check(): void {
-    if (this.lease.lost && !this.signal.aborted) this.lease.end("expired");
-    this.signal.throwIfAborted();
+    if (this.lease.lost && this.lease.ended === undefined) this.lease.end("expired");
+    const reason = this.lease.reason();
+    if (reason !== undefined) throw reason;
   }
 
   /** Gives the lock back; false if the server no longer held it for this owner. The
@@ -130,7 +131,7 @@ export class Lock implements AsyncDisposable {
 
   /** What `await using` calls: releases the lock unless released already. */
   async dispose(): Promise<void> {
-    if (!this.signal.aborted || (this.signal.reason as LockLostError).why !== "released") {
+    if (this.lease.ended !== "released") {
       await this.release().catch(() => false);
     }
   }
