@@ -404,6 +404,8 @@ func kindOf(err error) *failure {
 		kind = "wait_unanswered"
 	case errors.As(err, &version) && version.Found < version.Min:
 		kind = "library_too_old"
+	case errors.As(err, &version):
+		kind = "library_too_new"
 	case errors.Is(err, redislock.ErrNoBackend):
 		kind = "no_backend"
 	case errors.Is(err, redislock.ErrInvalidArgument):
