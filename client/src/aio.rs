@@ -19,12 +19,13 @@ use redis::{Cmd, Value};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::lease::LockLost;
+use crate::limits::RELEASE_LIMIT;
 use crate::lock::{parse_info, Lock, LockInfo};
-pub(crate) use crate::machine::RELEASE_LIMIT;
 use crate::machine::{read_flag, Acquire, Call, Detect, Input, Machine, Scripted, Single, Step};
 use crate::renew::AsyncRenewer;
-use crate::request::{extend_command, info_command, release_command, Request, Wait};
+use crate::request::{extend_command, info_command, release_command, Request};
 use crate::sync::Locked;
+use crate::wait::Wait;
 
 /// Drives `machine` to its result on `con`, each reply within the bound its step
 /// names.

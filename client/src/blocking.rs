@@ -7,13 +7,14 @@ use std::time::Duration;
 use redis::{RedisResult, Value};
 
 use crate::backend::Backend;
-use crate::connector::{CONNECT_LIMIT, WAIT_MARGIN};
 use crate::error::{Error, Result};
+use crate::limits::{CONNECT_LIMIT, RELEASE_LIMIT};
 use crate::lock::{parse_info, Lock, LockInfo};
-use crate::machine::{read_flag, Acquire, Call, Detect, RELEASE_LIMIT};
+use crate::machine::{read_flag, Acquire, Call, Detect};
 use crate::renew::Renewer;
-use crate::request::{info_command, release_of, Request, Wait};
+use crate::request::{info_command, release_of, Request};
 use crate::sync::{call, drive, extend_on, release_on, Locked, Transport};
+use crate::wait::Wait;
 
 /// The blocking lock API on connections of its own, opened from a
 /// [`redis::Client`]: every command has a read timeout, so a wait of
@@ -108,20 +109,9 @@ impl BlockingLockClient {
     pub fn acquire_with(&self, request: Request) -> Result<Option<Lock>> {
         request.check()?;
         let request = request.backend(self.detect_backend()?);
-        let base = match request.wait {
-            Wait::For(wait) if request.wait.waits() => Some(wait.saturating_add(WAIT_MARGIN)),
-            Wait::Forever => None,
-            _ => Some(CONNECT_LIMIT),
-        };
         let wait = request.wait;
-        let mut con = self.connect(base)?;
-        match (drive(&mut con, Acquire::new(request)?), wait) {
-            (Err(Error::ResponseTimeout(_)), Wait::For(wait)) => Err(Error::WaitUnanswered {
-                wait,
-                margin: WAIT_MARGIN,
-            }),
-            (acquired, _) => acquired,
-        }
+        let mut con = self.connect(wait.response_timeout())?;
+        wait.unanswered(drive(&mut con, Acquire::new(request)?))
     }
 
     /// Extends `lock` to `ttl` on a fresh connection; `false` if it is no longer held.

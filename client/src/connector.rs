@@ -12,25 +12,17 @@ use tokio::sync::OnceCell;
 
 use crate::aio::{
     acquire_on, call, run_under, AsyncLockCommands, AsyncLockGuard, BoxFuture, Releaser,
-    RELEASE_LIMIT,
 };
 use crate::backend::{function_load, Backend};
 use crate::error::{Error, Result};
 use crate::lease::LockLost;
+use crate::limits::{CONNECT_LIMIT, RELEASE_LIMIT};
 use crate::lock::{Lock, LockInfo};
 use crate::machine::read_flag;
 use crate::renew::{AsyncRenewer, Fresh};
-use crate::request::{release_of, Request, Wait};
+use crate::request::{release_of, Request};
 use crate::sync::Locked;
-
-/// How long opening a connection for a lock command may take.
-pub(crate) const CONNECT_LIMIT: Duration = Duration::from_secs(2);
-
-/// How long past its wait a waiting acquire may go without an answer before it is
-/// given up as unanswered. The server answers a wait that runs out at its end; the
-/// margin covers the round trip and a busy server, and bounds the wait when the
-/// server hangs or the network drops everything.
-pub const WAIT_MARGIN: Duration = Duration::from_secs(1);
+use crate::wait::Wait;
 
 /// Where a [`LockClient`] gets its connections: each wait, renewer and release
 /// opens one of its own.
@@ -182,24 +174,16 @@ impl<K: Connector> LockClient<K> {
             connector: self.connector.clone(),
             request: (!request.owner_given).then(|| request.clone()),
         };
-        let response_timeout = match request.wait {
-            Wait::For(wait) if request.wait.waits() => Some(wait.saturating_add(WAIT_MARGIN)),
-            Wait::Forever => None,
-            _ => Some(CONNECT_LIMIT),
-        };
         let acquired = async {
-            let mut con = self.connector.connect(response_timeout).await?;
+            let mut con = self
+                .connector
+                .connect(request.wait.response_timeout())
+                .await?;
             acquire_on(&mut con, &request).await
         }
         .await;
         withdraw.request = None;
-        match (acquired, request.wait) {
-            (Err(Error::ResponseTimeout(_)), Wait::For(wait)) => Err(Error::WaitUnanswered {
-                wait,
-                margin: WAIT_MARGIN,
-            }),
-            (acquired, _) => acquired,
-        }
+        request.wait.unanswered(acquired)
     }
 
     /// Takes the lock at `key` for `ttl`, waiting in the server's FIFO queue as

@@ -14,24 +14,15 @@
 use std::time::{Duration, Instant};
 
 use redis::{Cmd, RedisError, RedisResult, Value};
-use redis_lock_core::holdings::Kind;
 use redis_lock_core::protocol;
 
 use crate::backend::{check_version, script_load, script_sha, Backend};
-use crate::connector::WAIT_MARGIN;
 use crate::error::{server_text, Error, Result};
 use crate::lease::margin;
+use crate::limits::{ceil_millis, RELEASE_LIMIT, WITHDRAW_SEND};
 use crate::lock::Lock;
-use crate::request::{Durable, Next, Request, Wait};
-
-/// How long a withdrawal or a release may take before it is given up (the lock then
-/// lapses with its TTL).
-pub(crate) const RELEASE_LIMIT: Duration = Duration::from_secs(1);
-
-/// How long a withdrawal after an unanswered wait is given: the server hangs or the
-/// path is cut, and waiting for this reply would only push the give-up past its
-/// bound.
-const WITHDRAW_SEND: Duration = Duration::from_millis(100);
+use crate::request::{Durable, Next, Request};
+use crate::wait::Wait;
 
 /// A command, or commands sent together on one connection (a durable acquire and
 /// its `WAIT replicas`, which must follow it on the same connection).
@@ -361,6 +352,8 @@ pub(crate) struct Acquire {
     backend: Backend,
     /// The end of the wait (library waits; `None`: none, or without limit).
     deadline: Option<Instant>,
+    /// When its answer is due at the latest: the end of the wait and the margin.
+    due: Option<Instant>,
     attempt: u32,
     /// When the last attempt (acquire, `lock_wait`) was sent.
     sent: Instant,
@@ -394,6 +387,7 @@ impl Acquire {
             request,
             backend,
             deadline: None,
+            due: None,
             attempt: 0,
             sent: Instant::now(),
             state: State::Attempt,
@@ -407,8 +401,7 @@ impl Acquire {
     /// How long a step of a wait may take: until the wait's end and the margin for
     /// the reply's way back, so a server that hangs cannot stretch it.
     fn bound(&self) -> Option<Duration> {
-        let deadline = self.deadline?;
-        let left = (deadline + WAIT_MARGIN).saturating_duration_since(Instant::now());
+        let left = self.due?.saturating_duration_since(Instant::now());
         Some(left.max(Duration::from_millis(10)))
     }
 
@@ -439,10 +432,7 @@ impl Acquire {
                 )
                 .map_err(|e| Error::InvalidArgument(e.to_string()))
             });
-            let bound = match request.wait {
-                Wait::For(wait) if request.wait.waits() => Some(wait.saturating_add(WAIT_MARGIN)),
-                _ => None,
-            };
+            let bound = request.wait.answer_within();
             return match args {
                 Ok(args) => {
                     let acquire = self.backend.call("lock_acquire", Some(&request.key), &args);
@@ -649,11 +639,16 @@ impl Machine for Acquire {
     type Output = Option<Lock>;
 
     fn step(&mut self, input: Input) -> Step<Option<Lock>> {
-        if matches!(input, Input::Start) {
-            self.deadline = match self.request.wait {
-                Wait::For(wait) if self.waits_by_protocol() => Instant::now().checked_add(wait),
-                _ => None,
-            };
+        if matches!(input, Input::Start) && self.waits_by_protocol() {
+            let now = Instant::now();
+            if let Wait::For(wait) = self.request.wait {
+                self.deadline = now.checked_add(wait);
+            }
+            self.due = self
+                .request
+                .wait
+                .answer_within()
+                .and_then(|within| now.checked_add(within));
         }
         let state = std::mem::replace(&mut self.state, State::Finished);
         match (state, input) {
@@ -693,7 +688,7 @@ impl Machine for Acquire {
 /// `WAIT replicas timeout` for a durable request.
 fn replicas_wait(durable: Durable) -> Cmd {
     let mut cmd = redis::cmd("WAIT");
-    let timeout = crate::request::ceil_millis(durable.timeout, "replica timeout").unwrap_or(1);
+    let timeout = ceil_millis(durable.timeout, "replica timeout").unwrap_or(1);
     cmd.arg(durable.replicas).arg(timeout);
     cmd
 }
@@ -713,18 +708,10 @@ fn with_replicas(acquire: Cmd, durable: Option<Durable>) -> Call {
     }
 }
 
-/// A holding's kind as the protocol names it.
-pub(crate) fn kind(shared: bool, limit: Option<u32>) -> Kind {
-    match (shared, limit) {
-        (_, Some(limit)) => Kind::Shared { limit: Some(limit) },
-        (true, None) => Kind::Shared { limit: None },
-        (false, None) => Kind::Exclusive,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::WAIT_MARGIN;
 
     /// The words of a command, for comparing.
     fn words(call: &Call) -> Vec<String> {

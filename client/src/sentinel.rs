@@ -7,7 +7,9 @@ use redis::aio::MultiplexedConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{ConnectionInfo, IntoConnectionInfo, RedisResult};
 
-use crate::connector::{Connector, CONNECT_LIMIT};
+use crate::connector::Connector;
+use crate::error::Result;
+use crate::limits::CONNECT_LIMIT;
 
 /// The master that Redis Sentinel names `master`, found through `sentinels`.
 ///
@@ -46,7 +48,7 @@ impl Sentinel {
     pub fn new<T: IntoConnectionInfo>(
         sentinels: impl IntoIterator<Item = T>,
         master: impl Into<String>,
-    ) -> crate::Result<Sentinel> {
+    ) -> Result<Sentinel> {
         let sentinels = sentinels
             .into_iter()
             .map(IntoConnectionInfo::into_connection_info)
@@ -75,7 +77,7 @@ impl Sentinel {
     }
 
     /// A client for the master as the sentinels name it now (blocking).
-    pub fn master_client(&self) -> crate::Result<redis::Client> {
+    pub fn master_client(&self) -> Result<redis::Client> {
         Ok(self.sentinel_client()?.get_client()?)
     }
 }

@@ -10,7 +10,8 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::lock::{parse_info, Lock, LockInfo};
 use crate::machine::{read_flag, Acquire, Call, Detect, Input, Machine, Scripted, Single, Step};
-use crate::request::{extend_command, info_command, release_command, Request, Wait};
+use crate::request::{extend_command, info_command, release_command, Request};
+use crate::wait::Wait;
 
 /// Sends one command on a blocking connection and reads its reply, within a bound
 /// where the connection can be given one.
