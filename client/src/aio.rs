@@ -11,7 +11,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{Cmd, Value};
@@ -21,9 +21,11 @@ use crate::error::{Error, Result};
 use crate::lease::LockLost;
 use crate::limits::RELEASE_LIMIT;
 use crate::lock::{parse_info, Lock, LockInfo};
-use crate::machine::{read_flag, Acquire, Call, Detect, Input, Machine, Scripted, Single, Step};
+use crate::machine::{
+    Acquire, Call, Detect, Extend, Input, Machine, Release, Scripted, Single, Step,
+};
 use crate::renew::AsyncRenewer;
-use crate::request::{extend_command, info_command, release_command, Request};
+use crate::request::Request;
 use crate::sync::Locked;
 use crate::wait::Wait;
 
@@ -122,32 +124,14 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
     /// Sets the remaining TTL of `lock` to `ttl` and moves its lease; `false` if it is
     /// no longer held (the lock then reports itself lost).
     fn extend(&mut self, lock: &Lock, ttl: Duration) -> impl Future<Output = Result<bool>> + Send {
-        let command = extend_command(lock, ttl);
-        let lock = lock.clone();
-        async move {
-            if lock.in_another_process() {
-                return Ok(false);
-            }
-            let command = command?;
-            let sent = Instant::now();
-            let extended = call(self, command, read_flag).await?;
-            lock.extended(extended, sent, ttl);
-            Ok(extended)
-        }
+        let extend = Extend::new(lock, ttl);
+        async move { drive(self, extend).await }
     }
 
     /// Releases `lock`; `false` if it was no longer held by this owner.
     fn release(&mut self, lock: &Lock) -> impl Future<Output = Result<bool>> + Send {
-        let command = release_command(lock);
-        let lock = lock.clone();
-        async move {
-            if lock.in_another_process() {
-                return Ok(false);
-            }
-            let released = call(self, command?, read_flag).await?;
-            lock.released(released);
-            Ok(released)
-        }
+        let release = Release::new(lock);
+        async move { drive(self, release).await }
     }
 
     /// Who holds the lock at `key`, its TTL, token and waiters; `None` if it is free.
@@ -162,8 +146,8 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
         key: &str,
         backend: Backend,
     ) -> impl Future<Output = Result<Option<LockInfo>>> + Send {
-        let command = info_command(backend, key);
-        async move { call(self, command, parse_info).await }
+        let info = backend.info_command(key.as_bytes());
+        async move { call(self, info, parse_info).await }
     }
 
     /// Which backend the server offers (`forced`: that one, checked): the module if

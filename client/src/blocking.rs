@@ -10,10 +10,10 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::limits::{CONNECT_LIMIT, RELEASE_LIMIT};
 use crate::lock::{parse_info, Lock, LockInfo};
-use crate::machine::{read_flag, Acquire, Call, Detect};
+use crate::machine::{Acquire, Call, Detect, Extend, Release};
 use crate::renew::Renewer;
-use crate::request::{info_command, release_of, Request};
-use crate::sync::{call, drive, extend_on, release_on, Locked, Transport};
+use crate::request::Request;
+use crate::sync::{call, drive, Locked, Transport};
 use crate::wait::Wait;
 
 /// The blocking lock API on connections of its own, opened from a
@@ -116,24 +116,27 @@ impl BlockingLockClient {
 
     /// Extends `lock` to `ttl` on a fresh connection; `false` if it is no longer held.
     pub fn extend(&self, lock: &Lock, ttl: Duration) -> Result<bool> {
-        extend_on(&mut self.connect(Some(RELEASE_LIMIT))?, lock, ttl)
+        drive(
+            &mut self.connect(Some(RELEASE_LIMIT))?,
+            Extend::new(lock, ttl),
+        )
     }
 
     /// Releases `lock` on a fresh connection; `false` if it was no longer held.
     pub fn release(&self, lock: &Lock) -> Result<bool> {
-        release_on(&mut self.connect(Some(RELEASE_LIMIT))?, lock)
+        drive(&mut self.connect(Some(RELEASE_LIMIT))?, Release::new(lock))
     }
 
     /// Ends `owner`'s holding of the lock at `key`; `false` if it held none.
     pub fn release_owner(&self, key: &str, owner: &str) -> Result<bool> {
-        let command = release_of(self.detect_backend()?, key, owner)?;
-        call(&mut self.connect(Some(RELEASE_LIMIT))?, command, read_flag)
+        let release = Release::owner(self.detect_backend()?, key, owner);
+        drive(&mut self.connect(Some(RELEASE_LIMIT))?, release)
     }
 
     /// Who holds the lock at `key`; `None` if it is free.
     pub fn lock_info(&self, key: &str) -> Result<Option<LockInfo>> {
-        let command = info_command(self.detect_backend()?, key);
-        call(&mut self.connect(Some(CONNECT_LIMIT))?, command, parse_info)
+        let info = self.detect_backend()?.info_command(key.as_bytes());
+        call(&mut self.connect(Some(CONNECT_LIMIT))?, info, parse_info)
     }
 
     /// Starts renewing `lock` from a thread with a connection of its own.

@@ -11,16 +11,16 @@ use redis::{AsyncConnectionConfig, RedisResult};
 use tokio::sync::OnceCell;
 
 use crate::aio::{
-    acquire_on, call, run_under, AsyncLockCommands, AsyncLockGuard, BoxFuture, Releaser,
+    acquire_on, call, drive, run_under, AsyncLockCommands, AsyncLockGuard, BoxFuture, Releaser,
 };
 use crate::backend::{function_load, Backend};
 use crate::error::{Error, Result};
 use crate::lease::LockLost;
 use crate::limits::{CONNECT_LIMIT, RELEASE_LIMIT};
 use crate::lock::{Lock, LockInfo};
-use crate::machine::read_flag;
+use crate::machine::{Release, Withdraw};
 use crate::renew::{AsyncRenewer, Fresh};
-use crate::request::{release_of, Request};
+use crate::request::Request;
 use crate::sync::Locked;
 use crate::wait::Wait;
 
@@ -278,9 +278,8 @@ impl<K: Connector> LockClient<K> {
     /// holder it knows by its id); `false` if it held none.
     pub async fn release_owner(&self, key: &str, owner: &str) -> Result<bool> {
         let backend = self.detect_backend().await?;
-        let command = release_of(backend, key, owner)?;
         let mut con = self.connector.connect(Some(RELEASE_LIMIT)).await?;
-        call(&mut con, command, read_flag).await
+        drive(&mut con, Release::owner(backend, key, owner)).await
     }
 
     fn releaser(&self) -> Arc<dyn Releaser> {
@@ -339,20 +338,11 @@ impl<K: Connector> Drop for WithdrawOnDrop<K> {
         };
         let connector = self.connector.clone();
         runtime.spawn(async move {
-            let release = async {
+            let withdraw = async {
                 let mut con = connector.connect(Some(RELEASE_LIMIT)).await?;
-                if request.backend.is_library() {
-                    // The place in the queue, and a grant not collected.
-                    let owner = [request.owner.as_bytes().to_vec()];
-                    let cancel = request
-                        .backend
-                        .call("lock_cancel", Some(&request.key), &owner);
-                    call(&mut con, cancel, read_flag).await?;
-                }
-                let release = release_of(request.backend, &request.key, &request.owner)?;
-                call(&mut con, release, read_flag).await
+                drive(&mut con, Withdraw::new(&request)).await
             };
-            let _ = tokio::time::timeout(RELEASE_LIMIT, release).await;
+            let _ = tokio::time::timeout(RELEASE_LIMIT, withdraw).await;
         });
     }
 }

@@ -1,10 +1,9 @@
-//! What to ask the server for: the request, its retry policy, and the commands
-//! that end a holding.
+//! What to ask the server for: the request and its retry policy.
 
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use redis::{Cmd, RedisError};
+use redis::RedisError;
 
 use redis_lock_core::holdings::Kind;
 use redis_lock_core::protocol;
@@ -260,27 +259,6 @@ pub(crate) enum Next {
     /// Give up with this error, after withdrawing what the request may have left
     /// (its replies do not matter) if `true`.
     Fail(Error, bool),
-}
-
-/// The release of `owner`'s holding at `key`, on `backend`.
-pub(crate) fn release_of(backend: Backend, key: &str, owner: &str) -> Result<Cmd> {
-    let args = protocol::owner_args(owner.as_bytes())
-        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
-    Ok(backend.call("lock_release", Some(key), &args))
-}
-
-pub(crate) fn release_command(lock: &Lock) -> Result<Cmd> {
-    release_of(lock.backend, &lock.key, &lock.owner)
-}
-
-pub(crate) fn extend_command(lock: &Lock, ttl: Duration) -> Result<Cmd> {
-    let args = protocol::extend_args(lock.owner.as_bytes(), ttl_millis(ttl)?)
-        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
-    Ok(lock.backend.call("lock_extend", Some(&lock.key), &args))
-}
-
-pub(crate) fn info_command(backend: Backend, key: &str) -> Cmd {
-    backend.call("lock_info", Some(key), &[])
 }
 
 /// How often and how long to retry a command whose reply was lost.

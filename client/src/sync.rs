@@ -2,15 +2,17 @@
 //! one, a cluster connection, or a [`redis::Client`] (a connection per command, so a
 //! wait there has a connection of its own).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::{Cmd, ConnectionLike, RedisResult, Value};
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::lock::{parse_info, Lock, LockInfo};
-use crate::machine::{read_flag, Acquire, Call, Detect, Input, Machine, Scripted, Single, Step};
-use crate::request::{extend_command, info_command, release_command, Request};
+use crate::machine::{
+    Acquire, Call, Detect, Extend, Input, Machine, Release, Scripted, Single, Step,
+};
+use crate::request::Request;
 use crate::wait::Wait;
 
 /// Sends one command on a blocking connection and reads its reply, within a bound
@@ -53,26 +55,6 @@ pub(crate) fn call<T>(
     read: fn(Value) -> Result<T>,
 ) -> Result<T> {
     drive(io, Scripted::new(Single::new(cmd, read)))
-}
-
-pub(crate) fn extend_on(io: &mut impl Transport, lock: &Lock, ttl: Duration) -> Result<bool> {
-    if lock.in_another_process() {
-        return Ok(false);
-    }
-    let command = extend_command(lock, ttl)?;
-    let sent = Instant::now();
-    let extended = call(io, command, read_flag)?;
-    lock.extended(extended, sent, ttl);
-    Ok(extended)
-}
-
-pub(crate) fn release_on(io: &mut impl Transport, lock: &Lock) -> Result<bool> {
-    if lock.in_another_process() {
-        return Ok(false);
-    }
-    let released = call(io, release_command(lock)?, read_flag)?;
-    lock.released(released);
-    Ok(released)
 }
 
 /// The lock commands, for every blocking connection. Import the trait and call them
@@ -126,12 +108,12 @@ pub trait LockCommands: ConnectionLike + Sized {
     /// is no longer held by this owner (it is then never re-created, and the lock
     /// reports itself lost).
     fn extend(&mut self, lock: &Lock, ttl: Duration) -> Result<bool> {
-        extend_on(&mut Borrowed(self), lock, ttl)
+        drive(&mut Borrowed(self), Extend::new(lock, ttl))
     }
 
     /// Releases `lock`; `false` if it was no longer held by this owner.
     fn release(&mut self, lock: &Lock) -> Result<bool> {
-        release_on(&mut Borrowed(self), lock)
+        drive(&mut Borrowed(self), Release::new(lock))
     }
 
     /// Who holds the lock at `key`, its TTL, token and waiters; `None` if it is free.
@@ -142,7 +124,8 @@ pub trait LockCommands: ConnectionLike + Sized {
 
     /// [`lock_info`](Self::lock_info) through `backend`.
     fn lock_info_with(&mut self, key: &str, backend: Backend) -> Result<Option<LockInfo>> {
-        call(&mut Borrowed(self), info_command(backend, key), parse_info)
+        let info = backend.info_command(key.as_bytes());
+        call(&mut Borrowed(self), info, parse_info)
     }
 
     /// Which backend the server offers (`forced`: that one, checked): the module if
