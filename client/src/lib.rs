@@ -49,34 +49,39 @@
 
 #![deny(missing_docs)]
 
-mod aio;
+mod async_commands;
 mod backend;
-mod blocking;
+mod blocking_client;
+mod commands;
 mod connector;
+mod drive;
 mod error;
+mod held;
 mod lease;
 mod limits;
 mod lock;
+mod lock_client;
 mod machine;
 mod redlock;
-mod renew;
 mod request;
 mod sentinel;
-mod sync;
 mod wait;
 
-pub use aio::{AsyncLockCommands, AsyncLockGuard};
+pub use async_commands::AsyncLockCommands;
 pub use backend::{function_load, library_script, Backend, LIBRARY_SOURCE};
-pub use blocking::BlockingLockClient;
-pub use connector::{Connector, LockClient};
+pub use blocking_client::BlockingLockClient;
+pub use commands::{LockCommands, LockGuard};
+pub use connector::Connector;
 pub use error::{Error, Result};
+pub use held::guard::AsyncLockGuard;
+pub use held::renew::{AsyncRenewer, Renewer, STOP_LIMIT};
+pub use held::run::Locked;
 pub use lease::{margin, LockLost, LossCause};
 pub use limits::{MAX_MILLIS, MAX_PERMITS, WAIT_MARGIN};
 pub use lock::{Holder, Lock, LockInfo, Mode, Owner, Waiter};
+pub use lock_client::LockClient;
 pub use redis_lock_core::protocol::LIBRARY_VERSION;
 pub use redlock::{MultiLock, Redlock};
-pub use renew::{AsyncRenewer, Renewer, STOP_LIMIT};
 pub use request::{fresh_owner, Durable, Request, Retry};
 pub use sentinel::Sentinel;
-pub use sync::{LockCommands, LockGuard, Locked};
 pub use wait::Wait;

@@ -27,11 +27,11 @@ use std::time::{Duration, Instant};
 
 use redis::{Client, Connection};
 
+use crate::commands::LockCommands;
 use crate::error::{Error, Result};
 use crate::limits::ttl_millis;
 use crate::lock::Lock;
 use crate::request::{fresh_owner, Request, Retry};
-use crate::sync::LockCommands;
 
 /// A lock held on a majority of the Redlock servers.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,6 +8,7 @@ use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServer
 use redis::{ConnectionInfo, IntoConnectionInfo, RedisResult};
 
 use crate::connector::Connector;
+use crate::drive::tokio::timed_out;
 use crate::error::Result;
 use crate::limits::CONNECT_LIMIT;
 
@@ -91,7 +92,7 @@ impl Connector for Sentinel {
         let mut ask = self.sentinel_client()?;
         let master = match tokio::time::timeout(CONNECT_LIMIT, ask.async_get_client()).await {
             Ok(master) => master?,
-            Err(elapsed) => return Err(crate::aio::timed_out(elapsed)),
+            Err(elapsed) => return Err(timed_out(elapsed)),
         };
         master.connect(response_timeout).await
     }

@@ -434,7 +434,10 @@ fn a_lock_of_another_process_is_neither_extended_nor_released() {
     let (sent, released) = converse(Release::new(&lock), vec![]);
     assert!(sent.is_empty());
     assert!(!released.unwrap());
-    assert!(!lock.is_lost(), "the holding is the parent's, which keeps it");
+    assert!(
+        !lock.is_lost(),
+        "the holding is the parent's, which keeps it"
+    );
 }
 
 #[test]

@@ -4,21 +4,20 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use redis::{RedisResult, Value};
-
 use crate::backend::Backend;
+use crate::drive::blocking::{call, drive, Owned};
 use crate::error::{Error, Result};
+use crate::held::renew::Renewer;
+use crate::held::run::Locked;
 use crate::limits::{CONNECT_LIMIT, RELEASE_LIMIT};
 use crate::lock::{parse_info, Lock, LockInfo};
-use crate::machine::{Acquire, Call, Detect, Extend, Release};
-use crate::renew::Renewer;
+use crate::machine::{Acquire, Detect, Extend, Release};
 use crate::request::Request;
-use crate::sync::{call, drive, Locked, Transport};
 use crate::wait::Wait;
 
 /// The blocking lock API on connections of its own, opened from a
 /// [`redis::Client`]: every command has a read timeout, so a wait of
-/// `Wait::For(d)` gets no answer for at most `d` plus [`WAIT_MARGIN`], whatever the
+/// `Wait::For(d)` gets no answer for at most `d` plus [`WAIT_MARGIN`](crate::WAIT_MARGIN), whatever the
 /// server or the network does (then [`Error::WaitUnanswered`]), and a release,
 /// extend or info at most a second. It finds out the server's [`Backend`] as
 /// [`LockClient`](crate::LockClient) does.
@@ -45,24 +44,6 @@ pub struct BlockingLockClient {
     detected: Arc<OnceLock<Backend>>,
 }
 
-/// A connection of the client's own, its read timeout set per command.
-struct Owned {
-    con: redis::Connection,
-    /// The read timeout of a command whose step names none.
-    base: Option<Duration>,
-}
-
-impl Transport for Owned {
-    fn send(&mut self, call: &Call, bound: Option<Duration>) -> RedisResult<Value> {
-        let timeout = bound.or(self.base).map(|t| t.max(Duration::from_millis(1)));
-        self.con.set_read_timeout(timeout)?;
-        match call {
-            Call::One(cmd) => cmd.query(&mut self.con),
-            Call::Pipe(pipe) => pipe.query(&mut self.con),
-        }
-    }
-}
-
 impl BlockingLockClient {
     /// Locks through `client`, on the backend the server offers.
     pub fn new(client: redis::Client) -> Self {
@@ -83,9 +64,7 @@ impl BlockingLockClient {
 
     /// A connection whose reads time out after `base` unless a step says otherwise.
     fn connect(&self, base: Option<Duration>) -> Result<Owned> {
-        let con = self.client.get_connection_with_timeout(CONNECT_LIMIT)?;
-        con.set_write_timeout(Some(CONNECT_LIMIT))?;
-        Ok(Owned { con, base })
+        Owned::open(&self.client, base)
     }
 
     /// The backend this client uses, found out on first use.
