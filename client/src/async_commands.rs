@@ -15,15 +15,16 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 
 use crate::backend::Backend;
-use crate::drive::tokio::{call, drive};
+use crate::drive::tokio::drive;
 use crate::error::{Error, Result};
 use crate::held::guard::AsyncLockGuard;
 use crate::held::path::OnConnection;
 use crate::held::renew::AsyncRenewer;
 use crate::held::run::{run_under, Locked};
+use crate::info::LockInfo;
 use crate::lease::LockLost;
-use crate::lock::{parse_info, Lock, LockInfo};
-use crate::machine::{Acquire, Detect, Extend, Release};
+use crate::lock::Lock;
+use crate::machine::{info, Acquire, Detect, Extend, Release};
 use crate::request::Request;
 use crate::wait::Wait;
 
@@ -100,8 +101,8 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
         key: &str,
         backend: Backend,
     ) -> impl Future<Output = Result<Option<LockInfo>>> + Send {
-        let info = backend.info_command(key.as_bytes());
-        async move { call(self, info, parse_info).await }
+        let info = info(backend, key);
+        async move { drive(self, info).await }
     }
 
     /// Which backend the server offers (`forced`: that one, checked): the module if

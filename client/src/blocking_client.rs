@@ -5,13 +5,14 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::backend::Backend;
-use crate::drive::blocking::{call, drive, Owned};
+use crate::drive::blocking::{drive, Owned};
 use crate::error::{Error, Result};
 use crate::held::renew::Renewer;
 use crate::held::run::Locked;
+use crate::info::LockInfo;
 use crate::limits::{CONNECT_LIMIT, RELEASE_LIMIT};
-use crate::lock::{parse_info, Lock, LockInfo};
-use crate::machine::{Acquire, Detect, Extend, Release};
+use crate::lock::Lock;
+use crate::machine::{info, Acquire, Detect, Extend, Release};
 use crate::request::Request;
 use crate::wait::Wait;
 
@@ -114,8 +115,8 @@ impl BlockingLockClient {
 
     /// Who holds the lock at `key`; `None` if it is free.
     pub fn lock_info(&self, key: &str) -> Result<Option<LockInfo>> {
-        let info = self.detect_backend()?.info_command(key.as_bytes());
-        call(&mut self.connect(Some(CONNECT_LIMIT))?, info, parse_info)
+        let info = info(self.detect_backend()?, key);
+        drive(&mut self.connect(Some(CONNECT_LIMIT))?, info)
     }
 
     /// Starts renewing `lock` from a thread with a connection of its own.

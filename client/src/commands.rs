@@ -7,11 +7,12 @@ use std::time::Duration;
 use redis::ConnectionLike;
 
 use crate::backend::Backend;
-use crate::drive::blocking::{call, drive, Borrowed};
+use crate::drive::blocking::{drive, Borrowed};
 use crate::error::{Error, Result};
 use crate::held::run::Locked;
-use crate::lock::{parse_info, Lock, LockInfo};
-use crate::machine::{Acquire, Detect, Extend, Release};
+use crate::info::LockInfo;
+use crate::lock::Lock;
+use crate::machine::{info, Acquire, Detect, Extend, Release};
 use crate::request::Request;
 use crate::wait::Wait;
 
@@ -82,8 +83,7 @@ pub trait LockCommands: ConnectionLike + Sized {
 
     /// [`lock_info`](Self::lock_info) through `backend`.
     fn lock_info_with(&mut self, key: &str, backend: Backend) -> Result<Option<LockInfo>> {
-        let info = backend.info_command(key.as_bytes());
-        call(&mut Borrowed(self), info, parse_info)
+        drive(&mut Borrowed(self), info(backend, key))
     }
 
     /// Which backend the server offers (`forced`: that one, checked): the module if

@@ -16,10 +16,11 @@ use crate::held::guard::AsyncLockGuard;
 use crate::held::path::{extend_on, release_on, FromConnector};
 use crate::held::renew::AsyncRenewer;
 use crate::held::run::{run_under, Locked};
+use crate::info::LockInfo;
 use crate::lease::LockLost;
 use crate::limits::{CONNECT_LIMIT, RELEASE_LIMIT};
-use crate::lock::{parse_info, Lock, LockInfo};
-use crate::machine::{Acquire, Detect, Release, Withdraw};
+use crate::lock::Lock;
+use crate::machine::{info, Acquire, Detect, Release, Withdraw};
 use crate::request::Request;
 use crate::wait::Wait;
 
@@ -229,7 +230,7 @@ impl<K: Connector> LockClient<K> {
     pub async fn lock_info(&self, key: &str) -> Result<Option<LockInfo>> {
         let backend = self.detect_backend().await?;
         let mut con = self.connector.connect(Some(CONNECT_LIMIT)).await?;
-        call(&mut con, backend.info_command(key.as_bytes()), parse_info).await
+        drive(&mut con, info(backend, key)).await
     }
 
     /// Ends `owner`'s holding of the lock at `key` (an operator's release of a

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use redis::{Cmd, ConnectionLike, RedisResult, Value};
+use redis::{ConnectionLike, RedisResult, Value};
 
 use crate::error::Result;
 use crate::limits::CONNECT_LIMIT;
-use crate::machine::{Call, Input, Machine, Scripted, Single, Step};
+use crate::machine::{Call, Input, Machine, Step};
 
 /// Sends one command on a blocking connection and reads its reply, within a bound
 /// where the connection can be given one.
@@ -69,13 +69,4 @@ pub(crate) fn drive<M: Machine>(io: &mut impl Transport, mut machine: M) -> Resu
             Step::Done(result) => return result,
         }
     }
-}
-
-/// One call on `io`, its reply read by `read`.
-pub(crate) fn call<T>(
-    io: &mut impl Transport,
-    cmd: Cmd,
-    read: fn(Value) -> Result<T>,
-) -> Result<T> {
-    drive(io, Scripted::new(Single::new(cmd, read)))
 }

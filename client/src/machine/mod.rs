@@ -12,7 +12,7 @@
 //!   its lease; nothing is sent for a lock of another process.
 //! - [`Withdraw`]: take back what a request abandoned mid-way may have left.
 //! - [`Detect`]: which backend a server offers.
-//! - [`Single`]: one call and what its reply means.
+//! - [`Single`]: one call and what its reply means; [`info`], who holds a lock.
 //!
 //! [`Scripted`] wraps any machine for the library backends: a `NOSCRIPT` reply (a
 //! restart, `SCRIPT FLUSH`, a failover) loads the library and sends the same call
@@ -37,7 +37,7 @@ pub(crate) use detect::Detect;
 pub(crate) use extend::Extend;
 pub(crate) use release::Release;
 pub(crate) use scripted::Scripted;
-pub(crate) use single::{read_flag, Single};
+pub(crate) use single::{info, read_flag, Single};
 pub(crate) use withdraw::Withdraw;
 
 use crate::error::Result;

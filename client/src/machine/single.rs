@@ -1,9 +1,11 @@
-//! One call and what its reply means: an info, a probe, an operator's release.
+//! One call and what its reply means: who holds a lock, the library's version.
 
 use redis::{Cmd, Value};
 
-use super::{Input, Machine, Step};
+use super::{Input, Machine, Scripted, Step};
+use crate::backend::Backend;
 use crate::error::{Error, Result};
+use crate::info::{parse_info, LockInfo};
 
 /// One call and what its reply means.
 pub(crate) struct Single<T> {
@@ -39,4 +41,12 @@ pub(crate) fn read_flag(value: Value) -> Result<bool> {
     let n: i64 =
         redis::from_redis_value(value).map_err(|e| Error::UnexpectedReply(e.to_string()))?;
     Ok(n == 1)
+}
+
+/// Who holds the lock at `key`, asked through `backend`; `None` if it is free.
+pub(crate) fn info(backend: Backend, key: &str) -> Scripted<Single<Option<LockInfo>>> {
+    Scripted::new(Single::new(
+        backend.info_command(key.as_bytes()),
+        parse_info,
+    ))
 }
