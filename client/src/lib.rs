@@ -87,3 +87,9 @@ pub use redlock::{MultiLock, Redlock};
 pub use request::{fresh_owner, Durable, Request, Retry};
 pub use sentinel::Sentinel;
 pub use wait::Wait;
+
+/// The examples of docs/rust-client.md, compiled as doctests so the page cannot drift
+/// from the crate.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/rust-client.md")]
+struct RustClientPage;

@@ -126,7 +126,7 @@ impl<K: Connector> LockClient<K> {
     /// Acquires as `request` says, on a connection of its own, closed when this
     /// returns. A wait of `Wait::For(d)` gets no answer for at most `d` plus
     /// [`WAIT_MARGIN`](crate::WAIT_MARGIN), whatever the server or the network does (then
-    /// [`Error::WaitUnanswered`](crate::Error::WaitUnanswered)); `Wait::Forever`
+    /// [`Error::WaitUnanswered`]); `Wait::Forever`
     /// has no response timeout. Dropping the future (a `select!`, a
     /// `tokio::time::timeout`) closes the connection, which takes the request out of
     /// the server's queue, and then releases the request's owner id in the

@@ -6,8 +6,10 @@ use redis::{Cmd, RedisError, RedisResult, Value};
 use redis_lock_core::protocol;
 
 use super::release::release_of;
+use super::scripted::Scripted;
+use super::single::read_flag;
+use super::step::{Call, Input, Machine, Step};
 use super::withdraw::withdrawals;
-use super::{read_flag, Call, Input, Machine, Scripted, Step};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::lease::margin;

@@ -3,7 +3,8 @@
 
 use redis::{RedisError, Value};
 
-use super::{Input, Machine, Scripted, Step};
+use super::scripted::Scripted;
+use super::step::{Input, Machine, Step};
 use crate::backend::{check_version, Backend};
 use crate::error::{is_connection_error, server_text, Error};
 

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use redis::Cmd;
 use redis_lock_core::protocol;
 
-use super::{read_flag, Input, Machine, Scripted, Step};
+use super::scripted::Scripted;
+use super::single::read_flag;
+use super::step::{Input, Machine, Step};
 use crate::error::{Error, Result};
 use crate::limits::ttl_millis;
 use crate::lock::Lock;

@@ -26,62 +26,17 @@ mod extend;
 mod release;
 mod scripted;
 mod single;
+mod step;
 mod withdraw;
-
-use std::time::Duration;
-
-use redis::{Cmd, RedisResult, Value};
 
 pub(crate) use acquire::Acquire;
 pub(crate) use detect::Detect;
 pub(crate) use extend::Extend;
 pub(crate) use release::Release;
 pub(crate) use scripted::Scripted;
-pub(crate) use single::{info, read_flag, Single};
+pub(crate) use single::{info, Single};
+pub(crate) use step::{Call, Input, Machine, Step};
 pub(crate) use withdraw::Withdraw;
-
-use crate::error::Result;
-
-/// A command, or commands sent together on one connection (a durable acquire and
-/// its `WAIT replicas`, which must follow it on the same connection).
-#[derive(Clone)]
-pub(crate) enum Call {
-    One(Cmd),
-    Pipe(redis::Pipeline),
-}
-
-impl From<Cmd> for Call {
-    fn from(cmd: Cmd) -> Call {
-        Call::One(cmd)
-    }
-}
-
-/// What the driver did last.
-pub(crate) enum Input {
-    /// Nothing yet: the first step.
-    Start,
-    /// The reply to the command sent (or why none came).
-    Reply(RedisResult<Value>),
-    /// The pause asked for is over.
-    Slept,
-}
-
-/// What the driver does next.
-pub(crate) enum Step<T> {
-    /// Send this command; its reply may take at most this long (`None`: as long as
-    /// the connection allows).
-    Send(Call, Option<Duration>),
-    /// Pause this long.
-    Sleep(Duration),
-    /// The operation's result.
-    Done(Result<T>),
-}
-
-/// An operation as a conversation with the server.
-pub(crate) trait Machine {
-    type Output;
-    fn step(&mut self, input: Input) -> Step<Self::Output>;
-}
 
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,9 @@
 use redis::Cmd;
 use redis_lock_core::protocol;
 
-use super::{read_flag, Input, Machine, Scripted, Step};
+use super::scripted::Scripted;
+use super::single::read_flag;
+use super::step::{Input, Machine, Step};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::lock::Lock;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::{RedisResult, Value};
 
-use super::{Call, Input, Machine, Step};
+use super::step::{Call, Input, Machine, Step};
 use crate::backend::{script_load, script_sha};
 
 /// Runs `inner` with `NOSCRIPT` handled: the library is loaded (`SCRIPT LOAD`) and

@@ -2,7 +2,8 @@
 
 use redis::{Cmd, Value};
 
-use super::{Input, Machine, Scripted, Step};
+use super::scripted::Scripted;
+use super::step::{Input, Machine, Step};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::info::{parse_info, LockInfo};

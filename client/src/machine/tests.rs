@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use redis::{RedisError, RedisResult, Value};
 
+use super::single::read_flag;
 use super::*;
 use crate::backend::{script_sha, Backend};
 use crate::error::{Error, Result};

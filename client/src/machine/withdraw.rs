@@ -5,7 +5,8 @@ use std::collections::VecDeque;
 use redis::Cmd;
 use redis_lock_core::protocol;
 
-use super::{Input, Machine, Scripted, Step};
+use super::scripted::Scripted;
+use super::step::{Input, Machine, Step};
 use crate::request::Request;
 
 /// The calls that take back what an unanswered request may have left: its place in
