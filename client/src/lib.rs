@@ -82,7 +82,9 @@ pub use lease::{margin, LockLost, LossCause};
 pub use limits::{MAX_MILLIS, MAX_PERMITS, WAIT_MARGIN};
 pub use lock::Lock;
 pub use lock_client::LockClient;
-pub use redis_lock_core::protocol::LIBRARY_VERSION;
+pub use redis_lock_core::protocol::{
+    is_library_queue_key, LIBRARY_VERSION, LIBRARY_VERSIONS, MIN_LIBRARY_VERSION,
+};
 pub use redlock::{MultiLock, Redlock};
 pub use request::{fresh_owner, Durable, Request, Retry};
 pub use sentinel::Sentinel;

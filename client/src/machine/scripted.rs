@@ -1,12 +1,14 @@
-//! The library's calls kept working when the server lost the library: loaded again
-//! after `NOSCRIPT`, sent through the scripts path when the function is gone.
+//! The library's calls kept working when the server's library changed: loaded again
+//! after `NOSCRIPT`, sent through the scripts path when the function is gone, and a
+//! library this client does not accept named when it answers `WRONGTYPE`.
 
 use std::time::Duration;
 
 use redis::{RedisResult, Value};
 
 use super::step::{Call, Input, Machine, Step};
-use crate::backend::{script_load, script_sha};
+use crate::backend::{check_version, script_load, script_sha, Backend};
+use crate::error::Error;
 
 /// Runs `inner` with `NOSCRIPT` handled: the library is loaded (`SCRIPT LOAD`) and
 /// the call that got it sent once more. Harmless on the module, which never gets
@@ -18,6 +20,11 @@ use crate::backend::{script_load, script_sha};
 /// library and the holding learns at once that the holding is gone (0), instead of
 /// retrying the missing function until its lease runs out while a rival, which
 /// found no library and took the scripts path, already holds the lock.
+///
+/// And with the library found changed: an `FCALL` answered `WRONGTYPE` asks
+/// `lock_version` once; a library this client does not accept (an older one loaded
+/// over the one it detected, which cannot read what that one wrote) turns the
+/// operation's `WRONGTYPE` into the clear "library too old/new" error.
 pub(crate) struct Scripted<M> {
     inner: M,
     /// The last call sent, and its bound, to send again after a load.
@@ -29,6 +36,20 @@ pub(crate) struct Scripted<M> {
     /// Whether a missing function is carried by the scripts path (not while
     /// probing for the library, whose absence is the answer).
     carry_missing: bool,
+    /// Where the check of the library's version after a `WRONGTYPE` is.
+    version: VersionCheck,
+}
+
+/// The `lock_version` asked after an `FCALL` got `WRONGTYPE`.
+enum VersionCheck {
+    /// Not asked (yet).
+    Idle,
+    /// Asked; the reply it was asked for waits for the answer.
+    Asking(RedisResult<Value>),
+    /// Answered: the version, when this client does not accept it.
+    Refused(i64),
+    /// Answered with a version this client accepts, or not answered.
+    Accepted,
 }
 
 impl<M: Machine> Scripted<M> {
@@ -39,6 +60,7 @@ impl<M: Machine> Scripted<M> {
             loading: false,
             resent: false,
             carry_missing: true,
+            version: VersionCheck::Idle,
         }
     }
 
@@ -61,6 +83,24 @@ fn is_noscript(reply: &RedisResult<Value>) -> bool {
 fn is_missing_function(reply: &RedisResult<Value>) -> bool {
     matches!(reply, Err(error) if error.code() == Some("ERR")
         && error.detail().is_some_and(|detail| detail.starts_with("Function not found")))
+}
+
+/// Whether `call` is an `FCALL` of a library function other than `lock_version`.
+fn is_fcall(call: &Call) -> bool {
+    let Call::One(cmd) = call else {
+        return false;
+    };
+    let mut words = cmd.args_iter().map(|arg| match arg {
+        redis::Arg::Simple(bytes) => bytes,
+        _ => b"",
+    });
+    let name = words.next().unwrap_or_default();
+    (name.eq_ignore_ascii_case(b"FCALL") || name.eq_ignore_ascii_case(b"FCALL_RO"))
+        && words.next() != Some(b"lock_version")
+}
+
+fn is_wrongtype(reply: &RedisResult<Value>) -> bool {
+    matches!(reply, Err(error) if error.code() == Some("WRONGTYPE"))
 }
 
 /// `FCALL[_RO] function n keys… args…` as the scripts path says it, `EVALSHA sha n
@@ -116,6 +156,29 @@ impl<M: Machine> Machine for Scripted<M> {
                 self.loading = true;
                 return Step::Send(script_load().into(), bound);
             }
+            Input::Reply(answer) if matches!(self.version, VersionCheck::Asking(_)) => {
+                let asked = std::mem::replace(&mut self.version, VersionCheck::Accepted);
+                let found = answer
+                    .ok()
+                    .and_then(|value| redis::from_redis_value::<i64>(value).ok());
+                if let Some(found) = found.filter(|&found| check_version(found).is_err()) {
+                    self.version = VersionCheck::Refused(found);
+                }
+                match asked {
+                    VersionCheck::Asking(reply) => Input::Reply(reply),
+                    _ => Input::Reply(Ok(Value::Nil)),
+                }
+            }
+            Input::Reply(reply)
+                if matches!(self.version, VersionCheck::Idle)
+                    && is_wrongtype(&reply)
+                    && self.last.as_ref().is_some_and(|(call, _)| is_fcall(call)) =>
+            {
+                let bound = self.last.as_ref().and_then(|(_, bound)| *bound);
+                self.version = VersionCheck::Asking(reply);
+                let version = Backend::Functions.call("lock_version", None, &[]);
+                return Step::Send(version.into(), bound);
+            }
             Input::Reply(reply) if self.carry_missing && is_missing_function(&reply) => {
                 match self
                     .last
@@ -137,6 +200,13 @@ impl<M: Machine> Machine for Scripted<M> {
         if let Step::Send(call, bound) = &step {
             self.last = Some((call.clone(), *bound));
             self.resent = false;
+        }
+        if let (Step::Done(Err(Error::WrongType(_))), VersionCheck::Refused(found)) =
+            (&step, &self.version)
+        {
+            if let Err(error) = check_version(*found) {
+                return Step::Done(Err(error));
+            }
         }
         step
     }

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use redis::{RedisError, RedisResult, Value};
+use redis_lock_core::protocol;
 
 use super::single::read_flag;
 use super::*;
@@ -246,6 +247,40 @@ fn noscript_loads_the_library_and_sends_the_call_again_once() {
 }
 
 #[test]
+fn a_wrongtype_from_a_library_this_client_does_not_accept_says_so() {
+    let extend =
+        Backend::Functions.call("lock_extend", Some("k"), &[b"me".to_vec(), b"900".to_vec()]);
+    let wrongtype = || {
+        Err(server_error(
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        ))
+    };
+    // An older library loaded over the one detected: it cannot read the lock.
+    let replies = vec![wrongtype(), Ok(Value::Int(1))];
+    let machine = Scripted::new(Single::new(extend.clone(), read_flag));
+    let (sent, result) = converse(machine, replies);
+    assert_eq!(sent[1].0, ["FCALL_RO", "lock_version", "0"]);
+    assert!(
+        matches!(result, Err(Error::LibraryTooOld { found: 1, .. })),
+        "{result:?}"
+    );
+    // The library is one this client accepts: the key is someone else's.
+    let replies = vec![wrongtype(), Ok(Value::Int(protocol::LIBRARY_VERSION))];
+    let machine = Scripted::new(Single::new(extend.clone(), read_flag));
+    let (sent, result) = converse(machine, replies);
+    assert_eq!(sent.len(), 2);
+    assert!(matches!(result, Err(Error::WrongType(_))), "{result:?}");
+    // The scripts path carries this client's own library: nothing to ask.
+    let script = Backend::Scripts.call("lock_extend", Some("k"), &[b"me".to_vec()]);
+    let (sent, result) = converse(
+        Scripted::new(Single::new(script, read_flag)),
+        vec![wrongtype()],
+    );
+    assert_eq!(sent.len(), 1);
+    assert!(matches!(result, Err(Error::WrongType(_))), "{result:?}");
+}
+
+#[test]
 fn a_call_that_finds_the_library_gone_is_made_through_the_scripts_path() {
     let extend =
         Backend::Functions.call("lock_extend", Some("k"), &[b"me".to_vec(), b"900".to_vec()]);
@@ -334,7 +369,8 @@ fn detection_prefers_the_module_then_functions_then_scripts() {
     assert_eq!(sent.len(), 1);
     assert_eq!(found.unwrap(), Backend::Module);
     let none = Ok(Value::Array(vec![Value::Nil]));
-    let (sent, found) = converse(Detect::new(None), vec![none.clone(), Ok(Value::Int(1))]);
+    let current = Ok(Value::Int(protocol::LIBRARY_VERSION));
+    let (sent, found) = converse(Detect::new(None), vec![none.clone(), current.clone()]);
     assert_eq!(sent[1].0, ["FCALL_RO", "lock_version", "0"]);
     assert_eq!(found.unwrap(), Backend::Functions);
     let replies = vec![
@@ -342,7 +378,7 @@ fn detection_prefers_the_module_then_functions_then_scripts() {
         Err(server_error("ERR Function not found")),
         Err(server_error("NOSCRIPT No matching script.")),
         Ok(Value::SimpleString("sha".into())),
-        Ok(Value::Int(1)),
+        current,
     ];
     let (sent, found) = converse(Detect::new(None), replies);
     assert_eq!(
@@ -358,6 +394,12 @@ fn detection_prefers_the_module_then_functions_then_scripts() {
     assert!(
         matches!(old, Err(Error::LibraryTooOld { found: 0, .. })),
         "{old:?}"
+    );
+    let newer = Ok(Value::Int(protocol::LIBRARY_VERSION + 1));
+    let new = converse(Detect::new(Some(Backend::Functions)), vec![newer]).1;
+    assert!(
+        matches!(new, Err(Error::LibraryTooNew { found, .. }) if found == protocol::LIBRARY_VERSION + 1),
+        "{new:?}"
     );
     let replies = vec![
         none,

@@ -23,8 +23,11 @@ from ._backend import Arg, Mode, Step, parse_info
 from ._errors import LibraryVersionError
 from ._holding import WAIT_MARGIN
 
-#: The library version (``lock_version``) this client was written for.
-LIBRARY_VERSION = 1
+#: The version of the library this client carries (``lock_version``): core's
+#: ``LIBRARY_VERSION`` (core/src/protocol.rs; a test holds the two equal).
+LIBRARY_VERSION = 2
+#: The oldest library version this client accepts: core's ``MIN_LIBRARY_VERSION``.
+MIN_LIBRARY_VERSION = 2
 
 
 def library_source() -> str:
@@ -42,9 +45,10 @@ def library_script() -> str:
 
 
 def check_version(reply: Any) -> None:
+    """Refuses a library outside ``MIN_LIBRARY_VERSION`` to ``LIBRARY_VERSION``."""
     found = int(reply)
-    if found < LIBRARY_VERSION:
-        raise LibraryVersionError(found, LIBRARY_VERSION)
+    if not MIN_LIBRARY_VERSION <= found <= LIBRARY_VERSION:
+        raise LibraryVersionError(found, MIN_LIBRARY_VERSION, LIBRARY_VERSION)
 
 
 def _bound(deadline: float | None) -> float | None:
