@@ -19,6 +19,8 @@
 //! once more; the call did not run. An `FCALL` that finds the library gone (`ERR
 //! Function not found`: a restart without persistence, `FUNCTION FLUSH`) is made
 //! through the scripts path instead, which answers for what the server holds now.
+//! An `FCALL` answered `WRONGTYPE` by a library this client does not accept (an
+//! older one loaded over it) ends in the error that names both versions.
 
 mod acquire;
 mod detect;
