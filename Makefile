@@ -14,7 +14,7 @@ MODULE    := target/release/libredis_lock.so
 DEBS      := redis-server redis-tools redis-sentinel libclang-dev python3-venv prometheus-redis-exporter dpkg-dev
 PYTHON    ?= python3
 
-.PHONY: all build run install install-build uninstall deb test test-library test-library-scripts test-package test-servers python-test bench bench-peers demo memcheck fuzz torture failover deps lint clean
+.PHONY: all build run install install-build uninstall deb test test-library test-library-scripts test-package test-servers python-test test-js js-build bench bench-peers demo memcheck fuzz torture failover deps lint clean
 
 all: build
 
@@ -114,6 +114,7 @@ test: deps
 	$(CARGO) test --workspace
 	$(MAKE) test-library
 	$(MAKE) python-test
+	$(MAKE) test-js
 	$(MAKE) test-package
 
 # The client's and the CLI's suites again, on a plain redis-server with the
@@ -164,6 +165,32 @@ python-test: $(VENV)/.installed
 	cd python && $(abspath $(VENV))/bin/ruff check . && $(abspath $(VENV))/bin/ruff format --check .
 	cd python && $(abspath $(VENV))/bin/mypy
 	cd python && $(abspath $(VENV))/bin/pytest -q
+
+# The Node client (js/): `npm ci` from the committed lock file when node_modules is
+# missing or the lock file changed since, the build (ESM and CommonJS, the library
+# bundled from lua/redislock.lua), `tsc --noEmit` strict, eslint with
+# typescript-eslint's type-checked rules, and the tests (node:test), which start
+# their own redis-servers with the debug build of the module: module, library,
+# scripts, a 3-master Cluster, Redis 6.2 where REDIS62_SERVER exists, faults; with
+# ioredis 6 and 5 and node-redis 6 and 4. Needs Node.js 20+ and npm on PATH.
+# `make js-build` alone builds the package, and the tests and the conformance adapter
+# (js/build/conformance/adapter.js, registered in conformance/adapters/node-*.json),
+# those emitted without type checking, which `tsc --noEmit` in test-js does once.
+JS_INSTALLED := js/node_modules/.installed-lock.json
+js-build:
+	@command -v npm >/dev/null || { echo "the Node client needs Node.js 20+ and npm on PATH"; exit 1; }
+	@if ! cmp -s js/package-lock.json $(JS_INSTALLED); then \
+	  echo "cd js && npm ci"; \
+	  (cd js && npm ci --no-audit --no-fund --loglevel=error) && cp js/package-lock.json $(JS_INSTALLED); \
+	fi
+	cd js && npm run --silent build
+	cd js && npx tsc -p tsconfig.test.json --noCheck && chmod +x build/conformance/adapter.js
+
+test-js: js-build
+	$(CARGO) build --lib -p redis-lock
+	cd js && npx tsc --noEmit -p tsconfig.json
+	cd js && npx eslint .
+	cd js && REDIS62_SERVER=$(REDIS62_SERVER) node --test --test-concurrency=1 build/test/*.test.js
 
 # The module's integration tests against other servers, one after another: SERVERS
 # names their binaries (Redis 7.2, 7.4, 8.x, Valkey 8 builds; built apart from this

@@ -22,10 +22,19 @@ LABELS = {
     "redisson-semaphore": "Redisson RSemaphore, 3 permits",
     "ours-rust-rw": "ours: SHARED + writers, Rust client",
     "redisson-rwlock": "Redisson RReadWriteLock",
+    "ours-node": "ours: the Node client (ioredis)",
+    "ours-node-redis": "ours: the Node client (node-redis)",
+    "ours-node-functions": "ours: the function library, Node client (ioredis)",
+    "ours-ioredis": "ours: LOCK.ACQUIRE WAIT, plain ioredis",
+    "node-redlock": "node-redlock 5 (defaults)",
+    "node-redis-semaphore": "redis-semaphore Mutex (defaults)",
 }
-OURS = ["ours-rust", "ours-redis-py", "ours-python"]
+OURS = ["ours-rust", "ours-redis-py", "ours-python", "ours-ioredis"]
 # The function library's sides (no module), with targets of their own.
-FUNCTIONS = ["ours-rust-functions", "ours-python-functions"]
+FUNCTIONS = ["ours-rust-functions", "ours-python-functions", "ours-node-functions"]
+# The Node client's sides, against the Node peers (issue 34).
+NODE = ["ours-node", "ours-node-redis", "ours-node-functions"]
+NODE_PEERS = ["node-redlock", "node-redis-semaphore"]
 # Sides that are not exclusive locks, by kind: each is compared with its own kind only.
 KIND = {
     "ours-rust-limit3": "semaphore",
@@ -159,7 +168,8 @@ def verdict(ok, figures):
 
 def peer_runs(sides):
     """The runs of a cell that are peers: not ours (module or library), not another kind."""
-    return [s for name, s in sides.items() if name not in OURS and name not in FUNCTIONS and name not in KIND]
+    return [s for name, s in sides.items()
+            if name not in OURS and name not in FUNCTIONS and name not in NODE and name not in KIND]
 
 
 def p99_target(got, ours):
@@ -281,6 +291,49 @@ def functions_targets(runs):
     return "\n".join(lines)
 
 
+def issue34(runs):
+    """The targets of issue 34: the Node client against the Node peers (node-redlock,
+    redis-semaphore): acquisitions/s at H=0 ≥ 1.3x the best peer's at equal or better
+    fairness, p99 wait at H=10 ms, N ≥ 16 ≤ 0.5x the best peer's, fairness ≥ 0.9 in
+    every cell."""
+    lines = []
+    for ours in NODE:
+        got = {cell: sides for cell, sides in cells(runs).items() if ours in sides}
+        if not got:
+            continue
+        lines.append(f"\n**{LABELS[ours]}**\n")
+        fast = []
+        for c, s in got.items():
+            peers = [s[p] for p in NODE_PEERS if p in s]
+            if c[0] == 0 and c[1] >= 4 and peers:
+                best = max(peers, key=lambda r: r["rate"])
+                fast.append((c, s[ours]["rate"] / max(best["rate"], 1e-9), s[ours]["fairness"], best))
+        if fast:
+            lines.append(
+                "- Acquisitions/s at H=0 ≥ 1.3x the best Node peer's, at equal or better fairness: "
+                + verdict(all(r >= 1.3 and f >= b["fairness"] for _, r, f, b in fast),
+                          fmt_cells((c, f"{r:.2f}x {b['side']}, fairness {f:.2f} against {b['fairness']:.2f}")
+                                    for c, r, f, b in fast)))
+        slow = []
+        for c, s in got.items():
+            peers = [s[p] for p in NODE_PEERS if p in s]
+            if c[0] == 10 and c[1] >= 16 and peers:
+                best = min(peers, key=lambda r: r["p99_ms"])
+                slow.append((c, s[ours]["p99_ms"], best["p99_ms"], best["side"]))
+        if slow:
+            lines.append(
+                "- p99 wait at H=10 ms, N ≥ 16 ≤ 0.5x the best Node peer's: "
+                + verdict(all(o <= 0.5 * b for _, o, b, _ in slow),
+                          fmt_cells((c, f"{o:.1f} ms against {b:.1f} ms ({p}), {o / max(b, 1e-9):.2f}x")
+                                    for c, o, b, p in slow)))
+        fair = [(c, s[ours]["fairness"]) for c, s in got.items()]
+        lines.append(
+            "- Fairness ≥ 0.9 in every cell: "
+            + verdict(all(f >= 0.9 for _, f in fair),
+                      f"lowest {min(f for _, f in fair):.2f}; " + fmt_cells((c, f"{f:.2f}") for c, f in fair)))
+    return "\n".join(lines)
+
+
 def issue25(runs):
     """The targets of issue 25: our Rust client against Redisson and redsync, kind by
     kind, one line per target and peer, with the measured figures."""
@@ -364,14 +417,15 @@ def write(results, path):
         if MARKER in text:
             kept = text.split(MARKER, 1)[1]
     runs = results["runs"]
+    etcd = ("" if m["etcd"] == "not run" else
+            f"etcd {m['etcd']} (Debian's etcd-server, defaults: one member, WAL fsynced to disk), ")
     parts = [
         "# redis-lock against the locks users would pick instead",
         "",
         f"Produced by `make bench-peers` (bench/peers/) on {m['date']}, at commit "
         f"{m.get('commit', 'unknown')} (module and harness), on a shared machine: "
         f"{m['nproc']} cores ({m['cpu']}), Linux {m['kernel']}, Redis {m['redis']} (module release "
-        f"build, no persistence), etcd {m['etcd']} (Debian's etcd-server, defaults: one member, WAL "
-        f"fsynced to disk), Python {m['python']} with {libs}. Other developers were compiling "
+        f"build, no persistence), {etcd}Python {m['python']} with {libs}. Other developers were compiling "
         "on the same 2 cores at the same time: timings are noisy, server CPU and requests per "
         "acquisition less so.",
         "",
@@ -409,6 +463,9 @@ def write(results, path):
         "Semaphore rows: 3 permits, N clients. Read-write rows: N = 16 readers and 2 writers "
         "more; their fairness is taken within readers and within writers.",
         issue25(runs),
+        "",
+        "## Issue 34: the Node client against node-redlock and redis-semaphore (ratios within this run)",
+        issue34(runs),
         "",
         "## A holder killed mid-hold",
         "",
