@@ -70,7 +70,7 @@ mod wait;
 
 pub use async_commands::AsyncLockCommands;
 pub use backend::{function_load, library_script, Backend, LIBRARY_SOURCE};
-pub use blocking_client::BlockingLockClient;
+pub use blocking_client::{BlockingLockClient, BlockingLockGuard};
 pub use commands::{LockCommands, LockGuard};
 pub use connector::Connector;
 pub use error::{Error, Result};
