@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.process
+import signal
 import time
 
 import redis
@@ -77,6 +78,10 @@ ROLES = {
 
 
 def run(role: str, port: int, key: str, *args: str) -> None:
+    # Ctrl-C as an interactive process gets it: a suite started in the background
+    # of a non-interactive shell inherits SIGINT ignored, and Python then installs
+    # no KeyboardInterrupt for it (the tests that send SIGINT would see nothing).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     ROLES[role](redis.Redis(host="127.0.0.1", port=port), key, list(args))
 
 
