@@ -8,6 +8,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, RedisResult};
 
+use redis_lock_core::protocol;
 use tokio::sync::OnceCell;
 
 use crate::aio::{
@@ -23,14 +24,16 @@ use crate::renew::{AsyncRenewer, Fresh};
 use crate::request::{release_of, Request, Wait};
 use crate::sync::Locked;
 
-/// How long opening a connection for a lock command may take.
-pub(crate) const CONNECT_LIMIT: Duration = Duration::from_secs(2);
+/// How long opening a connection for a lock command may take
+/// ([`protocol::CONTROL_LIMIT_MS`]).
+pub(crate) const CONNECT_LIMIT: Duration = Duration::from_millis(protocol::CONTROL_LIMIT_MS);
 
 /// How long past its wait a waiting acquire may go without an answer before it is
 /// given up as unanswered. The server answers a wait that runs out at its end; the
 /// margin covers the round trip and a busy server, and bounds the wait when the
-/// server hangs or the network drops everything.
-pub const WAIT_MARGIN: Duration = Duration::from_secs(1);
+/// server hangs or the network drops everything. The project's one value for every
+/// client ([`protocol::WAIT_MARGIN_MS`], 1 s, says why).
+pub const WAIT_MARGIN: Duration = Duration::from_millis(protocol::WAIT_MARGIN_MS);
 
 /// Where a [`LockClient`] gets its connections: each wait, renewer and release
 /// opens one of its own.

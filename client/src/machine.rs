@@ -23,13 +23,13 @@ use crate::lock::Lock;
 use crate::request::{Durable, Next, Request, Wait};
 
 /// How long a withdrawal or a release may take before it is given up (the lock then
-/// lapses with its TTL).
-pub(crate) const RELEASE_LIMIT: Duration = Duration::from_secs(1);
+/// lapses with its TTL): [`protocol::RELEASE_LIMIT_MS`].
+pub(crate) const RELEASE_LIMIT: Duration = Duration::from_millis(protocol::RELEASE_LIMIT_MS);
 
 /// How long a withdrawal after an unanswered wait is given: the server hangs or the
 /// path is cut, and waiting for this reply would only push the give-up past its
-/// bound.
-const WITHDRAW_SEND: Duration = Duration::from_millis(100);
+/// bound ([`protocol::WITHDRAW_AFTER_TIMEOUT_MS`]).
+const WITHDRAW_SEND: Duration = Duration::from_millis(protocol::WITHDRAW_AFTER_TIMEOUT_MS);
 
 /// A command, or commands sent together on one connection (a durable acquire and
 /// its `WAIT replicas`, which must follow it on the same connection).

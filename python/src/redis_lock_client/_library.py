@@ -21,10 +21,7 @@ import redis.exceptions
 
 from ._backend import Arg, Mode, Step, parse_info
 from ._errors import LibraryVersionError
-from ._holding import WAIT_MARGIN
-
-#: The library version (``lock_version``) this client was written for.
-LIBRARY_VERSION = 1
+from ._protocol import LIBRARY_VERSION, MIN_LIBRARY_VERSION, WAIT_MARGIN
 
 
 def library_source() -> str:
@@ -43,7 +40,7 @@ def library_script() -> str:
 
 def check_version(reply: Any) -> None:
     found = int(reply)
-    if found < LIBRARY_VERSION:
+    if found < MIN_LIBRARY_VERSION:
         raise LibraryVersionError(found, LIBRARY_VERSION)
 
 

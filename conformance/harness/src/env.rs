@@ -1,0 +1,471 @@
+//! The backends a scenario runs on, the servers behind each, the faults the harness
+//! injects into them, and what it reads from them on its own connection.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Connection, Value};
+use redis_lock_testkit::proxy::Proxy;
+use redis_lock_testkit::{Cluster, Config, Server};
+use serde_json::{json, Map};
+
+/// The restrictive ACL user of the `acl` backend: the calls a driver of the library
+/// makes (docs/PROTOCOL.md), the commands the library runs inside them, and the
+/// lock's key pattern. Nothing else: no `FUNCTION`, `SCRIPT`, `COMMAND` or `INFO`.
+pub const ACL_USER: &str = "locker";
+pub const ACL_PASSWORD: &str = "conformance-pw";
+const ACL_RULES: &[&str] = &[
+    "on",
+    ">conformance-pw",
+    "resetkeys",
+    "~conf:*",
+    "resetchannels",
+    "-@all",
+    "+fcall",
+    "+fcall_ro",
+    "+evalsha",
+    "+blpop",
+    // Inside the library's functions (lua/redislock.lua).
+    "+del",
+    "+hdel",
+    "+hset",
+    "+hgetall",
+    "+hmget",
+    "+pexpireat",
+    "+pttl",
+    "+rpush",
+    "+time",
+];
+
+/// Where the lock lives, as the table's columns name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// Debian's redis-server with the module (and the library loaded beside it, so
+    /// that detection must prefer the module).
+    Module,
+    /// A plain redis-server with the library loaded.
+    Functions,
+    /// A plain Redis 6.2: the client sends the library itself.
+    Scripts,
+    /// A 3-master Cluster with the module.
+    Cluster,
+    /// The library, used by an ACL user limited to the library's calls.
+    Acl,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 5] = [
+        Backend::Module,
+        Backend::Functions,
+        Backend::Scripts,
+        Backend::Cluster,
+        Backend::Acl,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Module => "module",
+            Backend::Functions => "functions",
+            Backend::Scripts => "scripts",
+            Backend::Cluster => "cluster",
+            Backend::Acl => "acl",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Backend> {
+        Backend::ALL.into_iter().find(|b| b.name() == name)
+    }
+
+    /// The backend a client must detect here.
+    pub fn detected(self) -> &'static str {
+        match self {
+            Backend::Module | Backend::Cluster => "module",
+            Backend::Functions | Backend::Acl => "functions",
+            Backend::Scripts => "scripts",
+        }
+    }
+
+    /// The capabilities a client needs to run anything here.
+    pub fn needs(self) -> &'static [&'static str] {
+        match self {
+            Backend::Module => &["module"],
+            Backend::Functions => &["functions"],
+            Backend::Scripts => &["scripts"],
+            Backend::Cluster => &["cluster", "module"],
+            Backend::Acl => &["auth", "functions"],
+        }
+    }
+
+    /// True where the lock is the library's (side keys, the waiting protocol).
+    pub fn is_library(self) -> bool {
+        !matches!(self, Backend::Module | Backend::Cluster)
+    }
+}
+
+/// The Redis 6.2 binary of the scripts backend, if there is one.
+pub fn redis62() -> Option<String> {
+    let binary = std::env::var("REDIS62_SERVER")
+        .ok()
+        .filter(|b| !b.is_empty())
+        .unwrap_or_else(|| "/opt/servers/bin/redis-6.2.16".into());
+    std::path::Path::new(&binary).exists().then_some(binary)
+}
+
+/// Why `backend` cannot run on this machine, if so.
+pub fn unavailable(backend: Backend) -> Option<String> {
+    match backend {
+        Backend::Scripts if redis62().is_none() => Some(
+            "no Redis 6.2 (set REDIS62_SERVER or install /opt/servers/bin/redis-6.2.16)".into(),
+        ),
+        Backend::Cluster if which("redis-cli").is_none() => {
+            Some("no redis-cli to create the Cluster".into())
+        }
+        _ => None,
+    }
+}
+
+fn which(program: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|path| path.exists())
+    })
+}
+
+/// The servers of one scenario run.
+pub struct Env {
+    pub backend: Backend,
+    server: Option<Server>,
+    cluster: Option<Arc<Cluster>>,
+    proxy: Option<Proxy>,
+    /// Every key of the run starts with it (`conf:…`, the ACL user's pattern).
+    pub prefix: String,
+}
+
+impl Env {
+    /// Servers for `backend`; `aof`: persistence that survives a restart. A Cluster is
+    /// shared between runs (`cluster`), each with keys of its own.
+    pub fn start(
+        backend: Backend,
+        aof: bool,
+        cluster: Option<Arc<Cluster>>,
+        prefix: String,
+    ) -> Result<Env, String> {
+        let config = if aof {
+            Config::default().aof()
+        } else {
+            Config::default()
+        };
+        let server = match backend {
+            Backend::Module => {
+                let server = Server::try_with(config)?;
+                load_library(&mut connection(&server)?, None)?;
+                Some(server)
+            }
+            Backend::Functions | Backend::Acl => {
+                let server = Server::try_with(config.without_module())?;
+                let mut con = connection(&server)?;
+                load_library(&mut con, None)?;
+                if backend == Backend::Acl {
+                    set_acl_user(&mut con)?;
+                }
+                Some(server)
+            }
+            Backend::Scripts => {
+                let binary = redis62().ok_or("no Redis 6.2")?;
+                Some(Server::try_with(config.without_module().binary(binary))?)
+            }
+            Backend::Cluster => None,
+        };
+        if backend == Backend::Cluster && cluster.is_none() {
+            return Err("no Cluster started".into());
+        }
+        Ok(Env {
+            backend,
+            server,
+            cluster,
+            proxy: None,
+            prefix,
+        })
+    }
+
+    pub fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// The fields of an actor's `open`: where to connect, as whom.
+    pub fn open_fields(
+        &mut self,
+        via_proxy: bool,
+    ) -> Result<Map<String, serde_json::Value>, String> {
+        let mut fields = Map::new();
+        match (&self.server, &self.cluster) {
+            (Some(server), _) => {
+                let url = if via_proxy {
+                    if self.proxy.is_none() {
+                        self.proxy = Some(Proxy::start(server.port));
+                    }
+                    self.proxy.as_ref().map(Proxy::url).unwrap_or_default()
+                } else {
+                    server.url()
+                };
+                fields.insert("url".into(), json!(url));
+            }
+            (None, Some(cluster)) => {
+                if via_proxy {
+                    return Err("no proxy in front of a Cluster".into());
+                }
+                fields.insert("cluster".into(), json!(cluster.urls()));
+            }
+            (None, None) => return Err("no server".into()),
+        }
+        if self.backend == Backend::Acl {
+            fields.insert("username".into(), json!(ACL_USER));
+            fields.insert("password".into(), json!(ACL_PASSWORD));
+        }
+        fields.insert("backend".into(), json!("auto"));
+        Ok(fields)
+    }
+
+    fn server(&self) -> Result<&Server, String> {
+        self.server
+            .as_ref()
+            .ok_or_else(|| format!("no single server on the {} backend", self.backend.name()))
+    }
+
+    /// A connection of the harness's own (the default user) to the node that
+    /// serves `key`.
+    pub fn admin(&self, key: &str) -> Result<Connection, String> {
+        match (&self.server, &self.cluster) {
+            (Some(server), _) => connection(server),
+            (None, Some(cluster)) => connection(&cluster.nodes[cluster.owner_of(key)]),
+            (None, None) => Err("no server".into()),
+        }
+    }
+
+    /// Injects `fault`.
+    pub fn fault(
+        &mut self,
+        fault: &str,
+        key: Option<&str>,
+        old_version: i64,
+    ) -> Result<(), String> {
+        match fault {
+            "black_hole" => self.proxy()?.black_hole(),
+            "heal" => self.proxy()?.heal(),
+            "pause" => self.server()?.pause(),
+            "resume" => self.server()?.resume(),
+            "kill_server" => self.server_mut()?.kill(),
+            "restart" | "start_server" => {
+                let backend = self.backend;
+                let server = self.server_mut()?;
+                server.restart();
+                if backend == Backend::Acl {
+                    // ACL users live in memory only (no aclfile).
+                    set_acl_user(&mut connection(server)?)?;
+                }
+            }
+            "del" => {
+                let key = key.ok_or("fault del needs a key")?;
+                let _: i64 = query(&mut self.admin(key)?, &["DEL", key])?;
+            }
+            "function_flush" => {
+                let _: Value = query(&mut connection(self.server()?)?, &["FUNCTION", "FLUSH"])?;
+            }
+            "script_flush" => {
+                let _: Value = query(&mut connection(self.server()?)?, &["SCRIPT", "FLUSH"])?;
+            }
+            "load_library" => load_library(&mut connection(self.server()?)?, None)?,
+            "load_old_library" => {
+                load_library(&mut connection(self.server()?)?, Some(old_version))?
+            }
+            other => return Err(format!("unknown fault {other:?}")),
+        }
+        Ok(())
+    }
+
+    fn server_mut(&mut self) -> Result<&mut Server, String> {
+        let backend = self.backend;
+        self.server
+            .as_mut()
+            .ok_or_else(|| format!("no single server on the {} backend", backend.name()))
+    }
+
+    fn proxy(&self) -> Result<&Proxy, String> {
+        self.proxy
+            .as_ref()
+            .ok_or_else(|| "no actor connects through the proxy".into())
+    }
+
+    /// What the server says of the lock at `key`.
+    pub fn info(&self, key: &str) -> Result<Option<ServerInfo>, String> {
+        lock_info(self.backend, &mut self.admin(key)?, key)
+    }
+
+    /// What the library left beside `key`: queue places and grants in the queue
+    /// key, and grant lists (none on the module, which keeps no side keys).
+    pub fn leftovers(&self, key: &str) -> Result<Vec<String>, String> {
+        if !self.backend.is_library() {
+            return Ok(Vec::new());
+        }
+        let mut con = self.admin(key)?;
+        let queue = format!("{key}{{{key}}}:lockq");
+        let fields: Vec<String> = query(&mut con, &["HKEYS", &queue])?;
+        let mut left: Vec<String> = fields
+            .into_iter()
+            .filter(|f| f.starts_with("w:") || f.starts_with("g:"))
+            .map(|f| format!("{queue} {f}"))
+            .collect();
+        let pattern = format!("{key}{{{key}}}:lockg:*");
+        let lists: Vec<String> = query(&mut con, &["KEYS", &pattern])?;
+        left.extend(lists);
+        Ok(left)
+    }
+}
+
+/// The lock as the harness reads it from the server.
+#[derive(Debug, Clone, Default)]
+pub struct ServerInfo {
+    pub mode: String,
+    pub holders: Vec<(String, i64)>,
+    pub waiters: i64,
+}
+
+/// `LOCK.INFO`, or the library's `lock_info`, on `con`.
+pub fn lock_info(
+    backend: Backend,
+    con: &mut Connection,
+    key: &str,
+) -> Result<Option<ServerInfo>, String> {
+    let cmd = match backend {
+        Backend::Module | Backend::Cluster => {
+            let mut cmd = redis::cmd("LOCK.INFO");
+            cmd.arg(key);
+            cmd
+        }
+        Backend::Functions | Backend::Acl => {
+            let mut cmd = redis::cmd("FCALL_RO");
+            cmd.arg("lock_info").arg(1).arg(key);
+            cmd
+        }
+        Backend::Scripts => {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(redis_lock_testkit::library_script())
+                .arg(1)
+                .arg(key)
+                .arg("lock_info");
+            cmd
+        }
+    };
+    let value: Value = cmd
+        .query(con)
+        .map_err(|e| format!("lock info of {key}: {e}"))?;
+    Ok(parse_info(value))
+}
+
+fn pairs(value: Value) -> Vec<(String, Value)> {
+    let items: Vec<(Value, Value)> = match value {
+        Value::Map(pairs) => pairs,
+        Value::Array(items) => {
+            let mut items = items.into_iter();
+            std::iter::from_fn(|| Some((items.next()?, items.next()?))).collect()
+        }
+        _ => Vec::new(),
+    };
+    items
+        .into_iter()
+        .filter_map(|(k, v)| Some((redis::from_redis_value::<String>(k).ok()?, v)))
+        .collect()
+}
+
+fn parse_info(value: Value) -> Option<ServerInfo> {
+    if value == Value::Nil {
+        return None;
+    }
+    let mut info = ServerInfo::default();
+    let mut single = (String::new(), 0);
+    for (name, value) in pairs(value) {
+        match name.as_str() {
+            "mode" => info.mode = redis::from_redis_value(value).unwrap_or_default(),
+            "waiters" => info.waiters = redis::from_redis_value(value).unwrap_or_default(),
+            "owner" => single.0 = redis::from_redis_value(value).unwrap_or_default(),
+            "token" => single.1 = redis::from_redis_value(value).unwrap_or_default(),
+            "holders" => {
+                let list: Vec<Value> = redis::from_redis_value(value).unwrap_or_default();
+                for holder in list {
+                    let mut held = (String::new(), 0);
+                    for (name, value) in pairs(holder) {
+                        match name.as_str() {
+                            "owner" => held.0 = redis::from_redis_value(value).unwrap_or_default(),
+                            "token" => held.1 = redis::from_redis_value(value).unwrap_or_default(),
+                            _ => {}
+                        }
+                    }
+                    info.holders.push(held);
+                }
+            }
+            _ => {}
+        }
+    }
+    if info.holders.is_empty() && !single.0.is_empty() {
+        info.holders.push(single);
+    }
+    Some(info)
+}
+
+fn connection(server: &Server) -> Result<Connection, String> {
+    let con = server
+        .client()
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .map_err(|e| format!("harness connection: {e}"))?;
+    con.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    Ok(con)
+}
+
+fn query<T: redis::FromRedisValue>(con: &mut Connection, args: &[&str]) -> Result<T, String> {
+    let mut cmd = redis::cmd(args.first().copied().unwrap_or("PING"));
+    for arg in args.iter().skip(1) {
+        cmd.arg(*arg);
+    }
+    cmd.query(con)
+        .map_err(|e| format!("{}: {e}", args.join(" ")))
+}
+
+/// Loads the library; `old`: with its version line changed to that version.
+fn load_library(con: &mut Connection, old: Option<i64>) -> Result<(), String> {
+    let mut source = redis_lock_testkit::library_source();
+    if let Some(version) = old {
+        let line = source
+            .lines()
+            .find(|l| l.starts_with("local VERSION = "))
+            .ok_or("no VERSION line in lua/redislock.lua")?
+            .to_string();
+        source = source.replacen(&line, &format!("local VERSION = {version}"), 1);
+    }
+    let name: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(source)
+        .query(con)
+        .map_err(|e| format!("FUNCTION LOAD: {e}"))?;
+    if name != "redislock" {
+        return Err(format!("FUNCTION LOAD named {name}"));
+    }
+    Ok(())
+}
+
+fn set_acl_user(con: &mut Connection) -> Result<(), String> {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER").arg(ACL_USER);
+    for rule in ACL_RULES {
+        cmd.arg(*rule);
+    }
+    cmd.query::<()>(con)
+        .map_err(|e| format!("ACL SETUSER: {e}"))
+}
+
+/// The shared Cluster of the `cluster` column.
+pub fn start_cluster() -> Result<Cluster, String> {
+    std::panic::catch_unwind(|| Cluster::start(3)).map_err(|_| "the Cluster did not start".into())
+}
