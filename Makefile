@@ -125,7 +125,7 @@ test: deps
 # One `cargo test --workspace` with the suites named (their names are unique in the
 # workspace): the test binaries `make test` built already, with the workspace's
 # features, run again; a `-p` build would compile the client and the CLI anew.
-LIBRARY_SUITES := --test client --test demo --test durable --test client_errors \
+LIBRARY_SUITES := --test client --test demo --test durable --test client_errors --test fork \
 	--test client_kinds --test lease --test run_locked --test tracing --test waits
 CLI_SUITES := --test cli --test supervision --test list --test messages
 REDIS62_SERVER ?= /opt/servers/bin/redis-6.2.16

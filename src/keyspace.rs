@@ -45,7 +45,7 @@ pub type LoadedHolding = (Vec<u8>, i64, i64, Option<u32>);
 /// cluster migration never sees a smaller token afterwards.
 ///
 /// Shared holdings are refused when two share an owner or a token (tokens are
-/// distinct, SPEC "Fencing tokens"), or when one expires later than a TTL of at most
+/// distinct, contract.md "Fencing tokens"), or when one expires later than a TTL of at most
 /// [`MAX_DURATION_MS`] from now could reach. Each check is O(log n) or O(1) a
 /// holding: a lock of 100k holdings loads in O(n log n), never stalling the server
 /// in RESTORE, DEBUG RELOAD or a restart.

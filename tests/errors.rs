@@ -1,4 +1,4 @@
-//! Every bad call of the spec's Errors section gets an error naming what is wrong and
+//! Every bad call of contract.md "Errors" gets an error naming what is wrong and
 //! changes nothing: the dataset digest, the counters and the token high-water mark
 //! stay as they were.
 

@@ -6,7 +6,7 @@ mod library;
 use redis::{Connection, Value};
 use redis_lock_testkit::*;
 
-use library::{library_server, Backend};
+use library::{library_server, Backend, TokenOrder};
 
 /// The error text of a reply (`code detail`), or `None` for a success.
 fn error_text(reply: &redis::RedisResult<Value>) -> Option<String> {
@@ -186,23 +186,9 @@ fn bad_calls_get_the_module_errors_and_change_nothing() {
     assert_eq!(text, "v");
 }
 
-/// Tokens of two servers compared by order: a token maps to one token of the other
-/// side, and the mapping keeps their order.
-#[derive(Default)]
-struct TokenOrder(Vec<(i64, i64)>);
-
-impl TokenOrder {
-    fn check(&mut self, module: i64, library: i64) {
-        for &(m, l) in &self.0 {
-            assert_eq!(m == module, l == library, "token {module}/{library}");
-            assert_eq!(m < module, l < library, "token order {module}/{library}");
-        }
-        self.0.push((module, library));
-    }
-}
-
 fn same_info(
     order: &mut TokenOrder,
+    key: &str,
     module: Option<LockInfo>,
     library: Option<LockInfo>,
     what: &str,
@@ -224,7 +210,7 @@ fn same_info(
             (hm.ttl - hl.ttl).abs() <= 1000,
             "{what}: ttl {hm:?} / {hl:?}"
         );
-        order.check(hm.token, hl.token);
+        order.check(key, hm.token, hl.token, what);
     }
 }
 
@@ -239,9 +225,12 @@ fn every_command_replies_as_the_module_does() {
         let b = Backend::Functions.call(l, f, key, args);
         let what = format!("{f} {key} {args:?}");
         match (a, b) {
-            (Ok(Value::Int(x)), Ok(Value::Int(y))) if f == "lock_acquire" => order.check(x, y),
+            (Ok(Value::Int(x)), Ok(Value::Int(y))) if f == "lock_acquire" => {
+                order.check(key, x, y, &what)
+            }
             (Ok(a), Ok(b)) if f == "lock_info" => same_info(
                 &mut order,
+                key,
                 LockInfo::from_value(a),
                 LockInfo::from_value(b),
                 &what,
@@ -318,6 +307,7 @@ fn every_command_replies_as_the_module_does() {
         );
         same_info(
             &mut order,
+            key,
             LockInfo::from_value(a),
             LockInfo::from_value(b),
             key,

@@ -18,7 +18,7 @@ use rand::{Rng, SeedableRng};
 use redis::{Connection, Value};
 use redis_lock_testkit::*;
 
-use library::{library_server, wait_acquire, waiter_connection, Backend, WaitRequest};
+use library::{library_server, wait_acquire, waiter_connection, Backend, TokenOrder, WaitRequest};
 
 const KEYS: [&str; 2] = ["d:1", "{d}:2"];
 const OWNERS: [&str; 6] = ["o0", "o1", "o2", "o3", "o4", "o5"];
@@ -36,33 +36,6 @@ enum Side {
 
 /// A waiter's outcome: its token, or the error text.
 type Outcome = Result<Option<i64>, String>;
-
-/// Tokens of the two sides, per key: each module token maps to one library token,
-/// in the same order.
-#[derive(Default)]
-struct TokenOrder(BTreeMap<String, Vec<(i64, i64)>>);
-
-impl TokenOrder {
-    fn consistent(&self, key: &str, module: i64, library: i64) -> bool {
-        self.0.get(key).is_none_or(|pairs| {
-            pairs
-                .iter()
-                .all(|&(m, l)| (m == module) == (l == library) && (m < module) == (l < library))
-        })
-    }
-
-    fn check(&mut self, key: &str, module: i64, library: i64, what: &str) {
-        assert!(
-            self.consistent(key, module, library),
-            "{what}: token {module} (module) / {library} (library) out of order with {:?}",
-            self.0.get(key)
-        );
-        self.0
-            .entry(key.to_string())
-            .or_default()
-            .push((module, library));
-    }
-}
 
 struct Diff {
     module: Server,
@@ -373,7 +346,7 @@ impl Diff {
                     let holder = holder.clone();
                     self.call("lock_extend", key, &[&holder, "50"]);
                     // Sometimes the key's expiry is then lengthened by hand, which
-                    // lengthens no holding (SPEC "Holdings"). Chosen without the
+                    // lengthens no holding (contract.md "Holdings"). Chosen without the
                     // rng, so a seed replays the same calls as before.
                     let by_hand: &[&str] = match self.log.len() % 3 {
                         0 => &[],

@@ -285,7 +285,7 @@ fn a_timed_out_waiter_leaves_and_never_holds() {
 
 #[test]
 fn a_waiter_sends_at_most_one_command_a_second_while_the_lock_stays_held() {
-    // SPEC "Without the module": no client polls while a lock stays held beyond
+    // contract.md "Without the module": no client polls while a lock stays held beyond
     // renewing its place, at most one command a second. Three waiters with the
     // default lease behind a holder that keeps renewing (as a client does, its
     // holding always ends more than a lease ahead) for 8 s.
@@ -425,7 +425,7 @@ fn a_vanished_waiter_that_does_not_fit_holds_up_one_that_would_until_its_place_l
 fn a_foreign_key_at_the_heads_grant_list_does_not_fail_a_shortening_extend() {
     // The head's wake-up after a shortening extend or refresh is a push to its
     // grant list; a key of another type there must not turn the extend, already
-    // written, into an error (SPEC "Errors": an error changes nothing).
+    // written, into an error (contract.md "Errors": an error changes nothing).
     let (_server, mut con) = library_server(Config::default());
     assert!(LIB
         .acquire(&mut con, "f", "holder", 60_000, &[])

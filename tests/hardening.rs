@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use redis::{Connection, RedisResult, Value};
 
-/// The longest TTL the spec allows: 2^62 - 1 ms would overflow Redis 7.0's timer
-/// arithmetic if handed to it as a period.
+/// The longest TTL contract.md "Commands" allows: 2^62 - 1 ms would overflow Redis
+/// 7.0's timer arithmetic if handed to it as a period.
 const LONGEST_TTL: i64 = (1 << 62) - 1;
 
 /// A client that waits for `key` as `owner` on a connection of its own. Its reply

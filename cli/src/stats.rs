@@ -33,8 +33,8 @@ pub async fn stats<K: Nodes>(locks: LockClient<K>, args: StatsArgs) -> i32 {
         Ok(backend) => {
             events::line(format_args!(
                 "stats: the {backend} backend (the redislock function library) keeps no \
-                 counters: there is no INFO lock without the module (SPEC, \"Without the \
-                 module\"); load the module to get them"
+                 counters: there is no INFO lock without the module \
+                 (docs/contract.md \"Without the module\"); load the module to get them"
             ));
             return exit::NO_MODULE;
         }

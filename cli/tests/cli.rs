@@ -689,3 +689,48 @@ fn on_redis_6_2_runs_go_through_scripts() {
         .unwrap();
     assert_ne!(refused.status.code(), Some(0), "no FUNCTION on 6.2");
 }
+
+/// A restart without persistence loses the library and the lock: a rival, finding
+/// no library, takes the scripts path and is granted at once. The holder's next
+/// renewal (a third of the TTL) must learn the truth then, not retry the missing
+/// function until its lease runs out (which left two jobs running for most of a
+/// TTL): its job gets SIGTERM within about one renewal period of the restart.
+#[test]
+fn after_a_restart_that_lost_the_library_the_job_stops_at_its_next_renewal() {
+    let mut plain = Server::with(Config::default().without_module());
+    common::load_library(&mut plain.connection());
+    let dir = tempfile::tempdir().unwrap();
+    let term = dir.path().join("term");
+    let script = format!(
+        "trap 'date +%s%N > {}; exit 0' TERM; while :; do sleep 0.02; done",
+        term.display()
+    );
+    // TTL 15 s: renewals every 5 s; the lease (without an acknowledged renewal)
+    // would last 13.5 s past the last one, at least 8.5 s past the restart.
+    let holder = run(&plain.url(), &["--ttl", "15s"], "job", &script);
+    common::wait_until(Duration::from_secs(5), || {
+        let mut con = plain.connection();
+        redis_lock_client::LockCommands::lock_info_with(
+            &mut con,
+            "job",
+            redis_lock_client::Backend::Functions,
+        )
+        .is_ok_and(|info| info.is_some())
+    });
+    plain.restart();
+    let restarted = now_ns();
+    let rival = finish(run(&plain.url(), &[], "job", "true"));
+    assert!(
+        rival.status.success(),
+        "the rival is granted: {}",
+        stderr(&rival)
+    );
+    let output = finish(holder);
+    assert_eq!(output.status.code(), Some(76), "{}", stderr(&output));
+    let got_term: u128 = read(&term).trim().parse().expect("the job got SIGTERM");
+    let after = Duration::from_nanos((got_term - restarted) as u64);
+    assert!(
+        after < Duration::from_secs(7),
+        "SIGTERM {after:?} after the restart: later than the next renewal"
+    );
+}

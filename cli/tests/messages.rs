@@ -273,3 +273,55 @@ fn info_shows_a_semaphore_s_limit_and_who_waits_for_how_long() {
         "{text}"
     );
 }
+
+/// A server's refusal is shown as the server wrote it (`READONLY You can't write …`),
+/// never as the client library names it (`ReadOnly: You can't …`), also as the
+/// last renewal error of a loss line.
+#[test]
+fn server_errors_are_shown_as_the_server_wrote_them() {
+    let master = common::lock_server();
+    let replica = common::lock_server();
+    replica.replicate_from(&master);
+    let output = redis_lock(&replica.url())
+        .args(["run", "job", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(70), "{}", stderr(&output));
+    let text = stderr(&output);
+    assert!(
+        text.contains("READONLY You can't write against a read only replica.")
+            && !text.contains("ReadOnly"),
+        "{text}"
+    );
+
+    let holder = common::lock_server();
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("started");
+    let child = redis_lock(&holder.url())
+        .args(["run", "--ttl", "1500ms", "job", "--", "sh", "-c"])
+        .arg(format!("touch {}; sleep 10", started.display()))
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    common::wait_until(Duration::from_secs(5), || started.exists());
+    // Renewals are now refused (READONLY) until the lease runs out.
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(master.port)
+        .query(&mut holder.connection())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(76), "{}", stderr(&output));
+    let text = stderr(&output);
+    let lost = text
+        .lines()
+        .find(|l| l.contains("lost job"))
+        .expect("a loss line");
+    assert!(
+        lost.contains(
+            "the last renewal failed: the server refused the command: READONLY You can't write"
+        ) && !lost.contains("ReadOnly"),
+        "{lost}"
+    );
+}

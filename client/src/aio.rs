@@ -124,6 +124,9 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
         let command = extend_command(lock, ttl);
         let lock = lock.clone();
         async move {
+            if lock.in_another_process() {
+                return Ok(false);
+            }
             let command = command?;
             let sent = Instant::now();
             let extended = call(self, command, read_flag).await?;
@@ -137,6 +140,9 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
         let command = release_command(lock);
         let lock = lock.clone();
         async move {
+            if lock.in_another_process() {
+                return Ok(false);
+            }
             let released = call(self, command?, read_flag).await?;
             lock.released(released);
             Ok(released)

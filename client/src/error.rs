@@ -24,7 +24,8 @@ pub enum Error {
     #[error(
         "the redis-lock module is not loaded on this server: add \
          `loadmodule /path/to/libredis_lock.so` to redis.conf, or run \
-         `MODULE LOAD /path/to/libredis_lock.so` ({0})"
+         `MODULE LOAD /path/to/libredis_lock.so` ({})",
+        server_text(.0)
     )]
     ModuleNotLoaded(RedisError),
     /// The server has neither the module nor the `redislock` library, and refuses
@@ -47,10 +48,10 @@ pub enum Error {
         wanted: i64,
     },
     /// The key holds a value that is not a lock (a string, a list…).
-    #[error("the key holds a value that is not a lock ({0})")]
+    #[error("the key holds a value that is not a lock ({})", server_text(.0))]
     WrongType(RedisError),
     /// The server refused the command (a bad argument, NOPERM, READONLY, OOM…).
-    #[error("the server refused the command: {0}")]
+    #[error("the server refused the command: {}", server_text(.0))]
     Server(RedisError),
     /// The connection failed or timed out, and retrying did not help.
     #[error("connection to the server failed: {0}")]
@@ -150,7 +151,7 @@ impl From<RedisError> for Error {
         if is_unknown_lock_command(&error) {
             Error::ModuleNotLoaded(error)
         } else if is_missing_library(&error) {
-            Error::NoBackend(error.to_string())
+            Error::NoBackend(server_text(&error))
         } else if error.code() == Some("WRONGTYPE") {
             Error::WrongType(error)
         } else if error.kind() == redis::ErrorKind::Parse {
@@ -158,6 +159,17 @@ impl From<RedisError> for Error {
         } else {
             Error::Server(error)
         }
+    }
+}
+
+/// A server's error as the server wrote it (`READONLY You can't write against a
+/// read only replica.`), not as redis-rs shows it (`ReadOnly: You can't …`);
+/// other errors as redis-rs writes them.
+pub(crate) fn server_text(error: &RedisError) -> String {
+    match (error.code(), error.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {}", detail.trim()),
+        (Some(code), None) => code.to_string(),
+        _ => error.to_string(),
     }
 }
 

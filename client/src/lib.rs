@@ -10,9 +10,10 @@
 //! - [`LockClient`] opens connections of its own from a [`Connector`] (a
 //!   [`redis::Client`], a [`Sentinel`]-managed master, a cluster): the async way to
 //!   wait for a lock, since a wait holds up every other command on its connection.
-//! - A [`Lock`] knows its key, its owner (a fresh UUID v4 per acquisition unless you
-//!   give one), its fencing token, and its lease: it is safe to rely on until
-//!   [`Lock::valid_until`], the send time of the last acknowledged acquire or extend
+//! - A [`Lock`] knows its key, its owner (`host:pid:` and 16 random hex digits, fresh
+//!   per acquisition from [`fresh_owner`], unless you give one), its fencing token,
+//!   and its lease: it is safe to rely on until [`Lock::valid_until`], the send
+//!   time of the last acknowledged acquire or extend
 //!   plus the TTL, less a [`margin`] for clock drift. Every loss signal fires at the
 //!   latest there, whatever the network does.
 //! - [`AsyncRenewer`] and [`Renewer`] renew any lock at a third of its TTL, each

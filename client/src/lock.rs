@@ -37,6 +37,9 @@ pub struct Lock {
     pub(crate) token: i64,
     pub(crate) lease: Arc<Lease>,
     pub(crate) backend: Backend,
+    /// The process that acquired it: a holding belongs to it alone (see
+    /// [`Lock::in_another_process`]).
+    pub(crate) pid: u32,
 }
 
 /// The holding as a user reads it: key, owner, token, backend, and the lease's state
@@ -71,7 +74,16 @@ impl Lock {
             token,
             lease: Lease::new(sent, ttl),
             backend: Backend::Module,
+            pid: std::process::id(),
         }
+    }
+
+    /// True in a process forked from the one that acquired the lock: there, a
+    /// release or an extend sends nothing and answers `false` (the holding is the
+    /// parent's, which goes on holding and renewing it), and a guard dropped there
+    /// leaves it alone.
+    pub(crate) fn in_another_process(&self) -> bool {
+        self.pid != std::process::id()
     }
 
     /// The same lock, held through `backend`.
@@ -117,7 +129,8 @@ impl Lock {
         &self.key
     }
 
-    /// The owner id the lock was taken with (a fresh UUID v4 unless given).
+    /// The owner id the lock was taken with: `host:pid:` and 16 random hex digits,
+    /// fresh per acquisition ([`fresh_owner`](crate::fresh_owner)), unless given.
     pub fn owner(&self) -> &str {
         &self.owner
     }
@@ -176,7 +189,8 @@ pub enum Mode {
 }
 
 /// An owner id as the server keeps it: binary-safe bytes, compared with and shown as
-/// text. The owners this crate makes are UUIDs.
+/// text. The owners this crate makes are `host:pid:` and 16 random hex digits
+/// ([`fresh_owner`](crate::fresh_owner)).
 ///
 /// ```
 /// use redis_lock_client::Owner;

@@ -5,9 +5,11 @@
 //! their own I/O, so the two cannot drift apart, and every backend's acquire (the
 //! module's one blocking command, the library's wait protocol) is one machine.
 //!
-//! [`Scripted`] wraps any machine for the scripts backend: a `NOSCRIPT` reply (a
+//! [`Scripted`] wraps any machine for the library backends: a `NOSCRIPT` reply (a
 //! restart, `SCRIPT FLUSH`, a failover) loads the library and sends the same call
-//! once more; the call did not run.
+//! once more; the call did not run. An `FCALL` that finds the library gone (`ERR
+//! Function not found`: a restart without persistence, `FUNCTION FLUSH`) is made
+//! through the scripts path instead, which answers for what the server holds now.
 
 use std::time::{Duration, Instant};
 
@@ -15,9 +17,9 @@ use redis::{Cmd, RedisError, RedisResult, Value};
 use redis_lock_core::holdings::Kind;
 use redis_lock_core::protocol;
 
-use crate::backend::{check_version, script_load, Backend};
+use crate::backend::{check_version, script_load, script_sha, Backend};
 use crate::connector::WAIT_MARGIN;
-use crate::error::{Error, Result};
+use crate::error::{server_text, Error, Result};
 use crate::lease::margin;
 use crate::lock::Lock;
 use crate::request::{Durable, Next, Request, Wait};
@@ -109,8 +111,15 @@ pub(crate) fn read_flag(value: Value) -> Result<bool> {
 }
 
 /// Runs `inner` with `NOSCRIPT` handled: the library is loaded (`SCRIPT LOAD`) and
-/// the call that got it sent once more. Harmless on the other backends, which never
-/// get `NOSCRIPT`.
+/// the call that got it sent once more. Harmless on the module, which never gets
+/// `NOSCRIPT`.
+///
+/// And with the library found gone: an `FCALL` answered `ERR Function not found`
+/// is sent again as the same call through the scripts path (`EVALSHA` of the
+/// library this client carries). So a renewal after a restart that lost both the
+/// library and the holding learns at once that the holding is gone (0), instead of
+/// retrying the missing function until its lease runs out while a rival, which
+/// found no library and took the scripts path, already holds the lock.
 pub(crate) struct Scripted<M> {
     inner: M,
     /// The last call sent, and its bound, to send again after a load.
@@ -119,6 +128,9 @@ pub(crate) struct Scripted<M> {
     loading: bool,
     /// `last` was sent again already: a second `NOSCRIPT` is an answer.
     resent: bool,
+    /// Whether a missing function is carried by the scripts path (not while
+    /// probing for the library, whose absence is the answer).
+    carry_missing: bool,
 }
 
 impl<M: Machine> Scripted<M> {
@@ -128,6 +140,15 @@ impl<M: Machine> Scripted<M> {
             last: None,
             loading: false,
             resent: false,
+            carry_missing: true,
+        }
+    }
+
+    /// As [`Scripted::new`], with a missing function an answer of its own.
+    fn probing(inner: M) -> Scripted<M> {
+        Scripted {
+            carry_missing: false,
+            ..Scripted::new(inner)
         }
     }
 }
@@ -136,6 +157,45 @@ impl<M: Machine> Scripted<M> {
 /// pipeline's error the code of its first failed command.
 fn is_noscript(reply: &RedisResult<Value>) -> bool {
     matches!(reply, Err(error) if error.code() == Some("NOSCRIPT"))
+}
+
+/// `ERR Function not found`: the library is not loaded (any more).
+fn is_missing_function(reply: &RedisResult<Value>) -> bool {
+    matches!(reply, Err(error) if error.code() == Some("ERR")
+        && error.detail().is_some_and(|detail| detail.starts_with("Function not found")))
+}
+
+/// `FCALL[_RO] function n keys… args…` as the scripts path says it, `EVALSHA sha n
+/// keys… function args…`; `None` for any other call.
+fn through_scripts(call: &Call) -> Option<Call> {
+    let Call::One(cmd) = call else {
+        return None;
+    };
+    let words: Vec<&[u8]> = cmd
+        .args_iter()
+        .map(|arg| match arg {
+            redis::Arg::Simple(bytes) => Some(bytes),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let (name, rest) = words.split_first()?;
+    if !name.eq_ignore_ascii_case(b"FCALL") && !name.eq_ignore_ascii_case(b"FCALL_RO") {
+        return None;
+    }
+    let (function, rest) = rest.split_first()?;
+    let (count, rest) = rest.split_first()?;
+    let count: usize = std::str::from_utf8(count).ok()?.parse().ok()?;
+    let (keys, args) = rest.split_at_checked(count)?;
+    let mut script = redis::cmd("EVALSHA");
+    script.arg(script_sha()).arg(count);
+    for key in keys {
+        script.arg(*key);
+    }
+    script.arg(*function);
+    for arg in args {
+        script.arg(*arg);
+    }
+    Some(script.into())
 }
 
 impl<M: Machine> Machine for Scripted<M> {
@@ -157,6 +217,21 @@ impl<M: Machine> Machine for Scripted<M> {
                 let bound = self.last.as_ref().and_then(|(_, bound)| *bound);
                 self.loading = true;
                 return Step::Send(script_load().into(), bound);
+            }
+            Input::Reply(reply) if self.carry_missing && is_missing_function(&reply) => {
+                match self
+                    .last
+                    .as_ref()
+                    .and_then(|(call, bound)| Some((through_scripts(call)?, *bound)))
+                {
+                    Some((call, bound)) => {
+                        tracing::debug!("the redislock library is not loaded: the call goes through the scripts path");
+                        self.last = Some((call.clone(), bound));
+                        self.resent = false;
+                        return Step::Send(call, bound);
+                    }
+                    None => Input::Reply(reply),
+                }
             }
             input => input,
         };
@@ -187,7 +262,7 @@ impl Detect {
             Some(backend) => vec![backend],
             None => Backend::ALL.to_vec(),
         };
-        Scripted::new(Detect {
+        Scripted::probing(Detect {
             candidates,
             current: None,
             why: Vec::new(),
@@ -263,13 +338,6 @@ impl Machine for Detect {
 }
 
 /// A server's error as it sent it: code and text.
-fn server_text(error: &RedisError) -> String {
-    match (error.code(), error.detail()) {
-        (Some(code), Some(detail)) => format!("{code} {}", detail.trim()),
-        _ => error.to_string(),
-    }
-}
-
 /// A connection failure ends the probing: the next backend would fail alike.
 fn is_fatal(error: &RedisError) -> bool {
     crate::error::is_connection_error(error)
@@ -891,6 +959,53 @@ mod tests {
         let (sent, result) = converse(Acquire::new(request).unwrap(), replies);
         assert_eq!(names(&sent), ["EVALSHA", "SCRIPT", "EVALSHA"]);
         assert!(result.is_err());
+    }
+
+    #[test]
+    fn a_call_that_finds_the_library_gone_is_made_through_the_scripts_path() {
+        let extend =
+            Backend::Functions.call("lock_extend", Some("k"), &[b"me".to_vec(), b"900".to_vec()]);
+        let replies = vec![
+            Err(server_error("ERR Function not found")),
+            Err(server_error("NOSCRIPT No matching script.")),
+            Ok(Value::SimpleString("sha".into())),
+            Ok(Value::Int(0)),
+        ];
+        let (sent, gone) = converse(Scripted::new(Single::new(extend, read_flag)), replies);
+        assert_eq!(names(&sent), ["FCALL", "EVALSHA", "SCRIPT", "EVALSHA"]);
+        assert_eq!(
+            sent[1].0,
+            [
+                "EVALSHA",
+                script_sha(),
+                "1",
+                "k",
+                "lock_extend",
+                "me",
+                "900"
+            ]
+        );
+        assert_eq!(sent[1], sent[3]);
+        assert!(
+            !gone.unwrap(),
+            "the scripts path's answer: the holding is gone"
+        );
+        // A wait's calls too, each through the scripts path while the library is gone.
+        let request = request().backend(Backend::Functions);
+        let replies = vec![
+            Err(server_error("ERR Function not found")),
+            Ok(Value::Array(vec![
+                Value::Int(5),
+                Value::Int(0),
+                Value::BulkString(b"g".to_vec()),
+            ])),
+        ];
+        let (sent, lock) = converse(
+            Acquire::new(request.wait(Wait::For(Duration::from_secs(1)))).unwrap(),
+            replies,
+        );
+        assert_eq!(names(&sent), ["FCALL", "EVALSHA"]);
+        assert_eq!(lock.unwrap().unwrap().token(), 5);
     }
 
     #[test]

@@ -241,8 +241,9 @@ impl Request {
         self
     }
 
-    /// Acquires as `owner` instead of a fresh UUID: the holder of that id gets the same
-    /// token back (a retry after a timeout learns it already holds the lock).
+    /// Acquires as `owner` instead of a fresh one ([`fresh_owner`]): the holder of that
+    /// id gets the same token back (a retry after a timeout learns it already holds the
+    /// lock).
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
         self.owner = owner.into();
         self.owner_given = true;
@@ -304,7 +305,7 @@ impl Request {
     /// that answers in order, so a retry would only queue behind it.
     ///
     /// Giving up after a lost reply leaves the outcome unknown: the server may still
-    /// grant the request. With an owner of its own (a fresh UUID nobody else knows)
+    /// grant the request. With an owner of its own (a fresh one nobody else knows)
     /// the request is withdrawn by a release of that owner, which runs after it.
     pub(crate) fn after_failure(&self, error: RedisError, attempt: u32) -> Next {
         if !is_connection_error(&error) {

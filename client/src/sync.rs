@@ -55,6 +55,9 @@ pub(crate) fn call<T>(
 }
 
 pub(crate) fn extend_on(io: &mut impl Transport, lock: &Lock, ttl: Duration) -> Result<bool> {
+    if lock.in_another_process() {
+        return Ok(false);
+    }
     let command = extend_command(lock, ttl)?;
     let sent = Instant::now();
     let extended = call(io, command, read_flag)?;
@@ -63,6 +66,9 @@ pub(crate) fn extend_on(io: &mut impl Transport, lock: &Lock, ttl: Duration) -> 
 }
 
 pub(crate) fn release_on(io: &mut impl Transport, lock: &Lock) -> Result<bool> {
+    if lock.in_another_process() {
+        return Ok(false);
+    }
     let released = call(io, release_command(lock)?, read_flag)?;
     lock.released(released);
     Ok(released)

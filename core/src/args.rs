@@ -166,8 +166,8 @@ fn is_past_i64(arg: &[u8]) -> bool {
 }
 
 /// An owner id: any non-empty bytes. `lock.max-owner-len` bounds only owners of new
-/// holdings (`lock::plan_acquire`): a holder can always release, extend and refresh
-/// what it holds, also after the setting was lowered.
+/// holdings ([`plan_acquire`](crate::rules::plan_acquire)): a holder can always
+/// release, extend and refresh what it holds, also after the setting was lowered.
 pub fn parse_owner(arg: &[u8]) -> Result<&[u8], ArgError> {
     if arg.is_empty() {
         return Err(ArgError::EmptyOwner);
@@ -282,13 +282,6 @@ pub fn parse_extend<'a>(args: &[&'a [u8]], limits: &Limits) -> Result<ExtendArgs
     }
 }
 
-/// `owner token [PXAT unix-ms]`: the arguments of LOCK.APPLY after the key. The owner
-/// is not held to `lock.max-owner-len`: the master already checked it, and a replica
-/// with a smaller setting must still follow its master.
-///
-/// `MARK n` carries the server's token mark in an AOF rewritten without an RDB
-/// preamble (which holds no module data besides keys): replaying it raises the mark
-/// to `n`, so tokens of released locks are not forgotten.
 /// `LOCK.LAPSE key owner token [owner token …]`: shared holdings that lapsed together
 /// on the master, each by its owner and token.
 pub fn parse_lapse<'a>(args: &[&'a [u8]]) -> Result<Vec<(&'a [u8], i64)>, ArgError> {
@@ -306,6 +299,14 @@ pub fn parse_lapse<'a>(args: &[&'a [u8]]) -> Result<Vec<(&'a [u8], i64)>, ArgErr
         .collect()
 }
 
+/// `owner token [PXAT unix-ms] [SHARED [LIMIT n]] [LAPSED] [MARK n]`: the arguments
+/// of LOCK.APPLY after the key. The owner is not held to `lock.max-owner-len`: the
+/// master already checked it, and a replica with a smaller setting must still follow
+/// its master.
+///
+/// `MARK n` carries the server's token mark in an AOF rewritten without an RDB
+/// preamble (which holds no module data besides keys): replaying it raises the mark
+/// to `n`, so tokens of released locks are not forgotten.
 pub fn parse_apply<'a>(args: &[&'a [u8]]) -> Result<ApplyArgs<'a>, ArgError> {
     let [owner, token, options @ ..] = args else {
         return Err(ArgError::MissingValue("LOCK.APPLY"));

@@ -1,6 +1,8 @@
 //! The owner id of a lock, stored inline when it is short.
 //!
-//! Owners are usually UUIDs (36 bytes). Kept inline, a whole `Lock` (token and
+//! Owners are short ids: UUIDs (36 bytes) from many drivers, and from the project's
+//! clients `host:pid:` and 16 random hex digits (inline while the host name and the
+//! pid take at most 20 bytes together). Kept inline, a whole `Lock` (token and
 //! owner) is 48 bytes: one allocation in jemalloc's 48-byte class, where a separate
 //! owner allocation would cost a second allocation and ~32 bytes more per lock.
 

@@ -3,8 +3,8 @@
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// One counter per event the spec names. Module code runs on Redis's main thread; the
-/// atomics only make the static `Sync` without `unsafe`.
+/// One counter per event contract.md "Observability" names. Module code runs on
+/// Redis's main thread; the atomics only make the static `Sync` without `unsafe`.
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Fresh grants (not refreshes by the holder), including hand-offs to waiters.

@@ -1,4 +1,4 @@
-//! The rules and hand-offs against the properties the spec promises, over random
+//! The rules and hand-offs against the properties docs/contract.md promises, over random
 //! operations on one key with a clock (`world`): acquires of every kind with and
 //! without waiting, releases, extends, disconnects, key expiries set by hand
 //! (`PEXPIRE`, `PERSIST`) and the passing of time.

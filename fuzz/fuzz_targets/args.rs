@@ -1,4 +1,5 @@
-//! Argument parsing: never panics, and what it accepts is what the spec allows.
+//! Argument parsing: never panics, and what it accepts is what the contract allows
+//! (contract.md "Commands").
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

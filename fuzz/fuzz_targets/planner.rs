@@ -1,5 +1,5 @@
 //! The planner (rules, hand-offs, lapses) on one key with a clock, driven by fuzzer
-//! bytes: every promise of the spec is checked after each step by the same world as
+//! bytes: every promise of docs/contract.md is checked after each step by the same world as
 //! the core's model test, and nothing panics on any input.
 #![no_main]
 

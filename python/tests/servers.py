@@ -68,9 +68,8 @@ class RedisServer:
             args += ["--save", "", "--appendonly", "no", "--dir", self.dir.name]
             if with_module:
                 args += ["--loadmodule", str(module_path())]
-            args += [arg.replace("{dir}", self.dir.name) for arg in extra]
-            log = open(Path(self.dir.name) / "server.log", "w")  # noqa: SIM115
-            self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+            self.args = args + [arg.replace("{dir}", self.dir.name) for arg in extra]
+            self._spawn()
             if self._ready():
                 KINDS[self.port] = kind
                 if kind == "functions":
@@ -78,6 +77,18 @@ class RedisServer:
                 return
             self.stop()
         raise RuntimeError(f"redis-server did not start; see {self.dir.name}/server.log")
+
+    def _spawn(self) -> None:
+        log = open(Path(self.dir.name) / "server.log", "a")  # noqa: SIM115
+        self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT)
+
+    def restart(self) -> None:
+        """Kills the server and starts it again on the same port, without
+        persistence: it comes back empty, without the function library."""
+        self.stop()
+        self._spawn()
+        if not self._ready():
+            raise RuntimeError(f"redis-server did not restart; see {self.dir.name}/server.log")
 
     def _ready(self) -> bool:
         deadline = time.monotonic() + 10

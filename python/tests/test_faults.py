@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
+import pytest
 import redis
+import redis.exceptions
 
 from redis_lock_client import Lock
 
@@ -142,3 +145,60 @@ def test_a_killed_holder_frees_the_lock_at_its_ttl(
     finally:
         worker.kill()
         worker.join()
+
+
+def test_a_restart_that_lost_the_library_is_heard_of_at_the_next_renewal() -> None:
+    """Before: the holder retried `Function not found` as a failed renewal until its
+    lease ran out, while a rival, finding no library, took the scripts path and was
+    granted at once; and new locks of the same pool raised NoLockBackendError."""
+    server = RedisServer(kind="functions")
+    try:
+        user = server.client()
+        lock = Lock(user, "job", ttl=3.0)
+        assert lock.acquire(blocking=False)
+        acquired = time.monotonic()
+        server.restart()
+        rival = Lock(server.client(), "job", ttl=10.0)
+        assert rival.acquire(blocking=False), "the restart lost the lock"
+        # The first renewal (a third of the TTL) hears that it is gone; the lease's
+        # deadline would be 2.7 s after the acquire.
+        assert lock.lost.wait(2.5)
+        assert time.monotonic() - acquired < 2.0
+        # A new lock of the same pool works, through the scripts path.
+        other = Lock(user, "other", ttl=3.0)
+        assert other.acquire(blocking=False)
+        assert other.release() is True
+        rival.release()
+    finally:
+        server.stop()
+
+
+@pytest.mark.scripts
+def test_a_grant_refused_for_oom_leaves_the_lock_free(client: redis.Redis) -> None:
+    """The release hands the lock to the waiter, whose collecting call is refused
+    under OOM: the waiter withdraws, and nobody holds the lock."""
+    holder = Lock(client, "job", ttl=10.0)
+    assert holder.acquire()
+    waiter = Lock(client, "job", ttl=10.0)
+    failed: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            waiter.acquire(timeout=10.0)
+        except redis.exceptions.ResponseError as error:
+            failed.append(error)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    wait_until(lambda: (lock_info(client, "job") or {}).get("waiters") == 1)
+    raw: Any = client
+    raw.config_set("maxmemory", 1)  # every write but a release or extend refused
+    try:
+        assert holder.release() is True
+        thread.join(10.0)
+        assert not thread.is_alive() and failed, "the waiter got the OOM error"
+        assert isinstance(failed[0], redis.exceptions.OutOfMemoryError), failed[0]
+        assert lock_info(client, "job") is None, "withdrawn: nobody holds it"
+        assert waiter.token is None
+    finally:
+        raw.config_set("maxmemory", 0)

@@ -43,6 +43,10 @@ def test_seconds_go_on_the_wire_as_whole_milliseconds_rounded_up() -> None:
             millis(bad, "ttl")
     with pytest.raises(ValueError, match="out of range"):
         millis(2.0**62, "timeout")
+    # 2^62 ms, one over what the server takes (contract.md "Commands").
+    assert millis(2.0**62 / 1000 - 1, "ttl") < 2**62
+    with pytest.raises(ValueError, match="out of range"):
+        millis(2.0**62 / 1000, "ttl")
     with pytest.raises(TypeError):
         millis(True, "ttl")
 

@@ -108,7 +108,7 @@ def _calls(client: redis.Redis, *commands: str) -> int:
 
 
 def test_a_waiter_on_the_library_sends_at_most_one_command_a_second() -> None:
-    # SPEC "Without the module": while the lock stays held, a waiter only renews its
+    # contract.md "Without the module": while the lock stays held, a waiter only renews its
     # place, at most one command a second. The client follows the library's wake_ms.
     server = RedisServer(kind="functions")
     try:

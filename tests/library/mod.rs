@@ -4,6 +4,7 @@
 
 #![allow(dead_code)] // each test file uses part of it
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use redis::{Cmd, Connection, RedisResult, Value};
@@ -121,6 +122,38 @@ impl Backend {
             .query(con)
             .expect("info");
         LockInfo::from_value(value)
+    }
+}
+
+/// Tokens of the module and of the library compared by their order, per key: the
+/// library's tokens are per key (docs/PROTOCOL.md, "Tokens"), so two grants on two
+/// keys may get equal tokens on one side and not on the other. Within a key, each
+/// module token maps to one library token, in the same order.
+#[derive(Default)]
+pub struct TokenOrder(BTreeMap<String, Vec<(i64, i64)>>);
+
+impl TokenOrder {
+    /// Whether `module` and `library`, as a pair of tokens of `key`, keep the order
+    /// of every pair seen before on that key.
+    pub fn consistent(&self, key: &str, module: i64, library: i64) -> bool {
+        self.0.get(key).is_none_or(|pairs| {
+            pairs
+                .iter()
+                .all(|&(m, l)| (m == module) == (l == library) && (m < module) == (l < library))
+        })
+    }
+
+    /// Checks the pair and remembers it.
+    pub fn check(&mut self, key: &str, module: i64, library: i64, what: &str) {
+        assert!(
+            self.consistent(key, module, library),
+            "{what}: token {module} (module) / {library} (library) out of order with {:?}",
+            self.0.get(key)
+        );
+        self.0
+            .entry(key.to_string())
+            .or_default()
+            .push((module, library));
     }
 }
 

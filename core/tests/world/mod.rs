@@ -1,6 +1,6 @@
-//! One lock key, its queue and a clock, driven by operations, with the spec's
-//! promises checked after every step. Shared by the model test (random operations)
-//! and the fuzz target `planner` (operations from fuzzer bytes).
+//! One lock key, its queue and a clock, driven by operations, with the contract's
+//! promises (docs/contract.md) checked after every step. Shared by the model test
+//! (random operations) and the fuzz target `planner` (operations from fuzzer bytes).
 
 use redis_lock_core::handoff::Answer;
 use redis_lock_core::holdings::{Kind, Lock, Mode};

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import os
 import time
 from types import TracebackType
 from typing import Any, Callable
@@ -69,15 +70,18 @@ class _AsyncHolder:
         self._renewer: asyncio.Task[None] | None = None
         self._backend: Backend | None = None
         self._conns: dict[float | None, _io.AsyncConnection] = {}
+        # The process whose holding and connections these are (see ``Lock``).
+        self._pid = os.getpid()
 
     @property
     def token(self) -> int | None:
-        """The fencing token of the current holding; None when not held."""
-        return self._token
+        """The fencing token of the current holding; None when not held (also in a
+        process forked from the holder: the holding is the parent's)."""
+        return self._token if self._pid == os.getpid() else None
 
     @property
     def owner(self) -> str | None:
-        return self._owner
+        return self._owner if self._pid == os.getpid() else None
 
     @property
     def lost(self) -> asyncio.Event:
@@ -86,11 +90,29 @@ class _AsyncHolder:
 
     def owned(self) -> bool:
         lease = self._lease
-        return lease is not None and not lease.is_lost(time.monotonic())
+        if lease is None or self._pid != os.getpid():
+            return False
+        return not lease.is_lost(time.monotonic())
+
+    def _forked(self) -> bool:
+        """In a process forked from the holder, drops the parent's holding and
+        connections without sending anything (as ``Lock._forked``); True if a
+        holding was dropped so."""
+        if self._pid == os.getpid():
+            return False
+        self._pid = os.getpid()
+        inherited = self._owner is not None
+        self._owner = self._token = self._lease = self._renewer = self._renewal_timer = None
+        self._lost = asyncio.Event()
+        # The parent's connections: forgotten, never written to here (closing one
+        # here closes this process's descriptor only; the parent's stays open).
+        self._conns = {}
+        return inherited
 
     async def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         """Takes the lock, waiting in the server's FIFO queue; True if granted. A
         cancellation during the wait leaves no queue place or holding behind."""
+        self._forked()
         if self._owner is not None:
             raise RuntimeError(f"lock {self.key!r} is already held by this object")
         wait_ms, read_limit = wait_of(blocking, timeout)
@@ -120,10 +142,13 @@ class _AsyncHolder:
             )
             return True
         except redis.exceptions.ResponseError as refusal:
-            # A refusal (WRONGTYPE, a mode conflict): nothing was granted.
+            # A refusal (WRONGTYPE, a mode conflict, OOM).
             missing = backend_missing(refusal)
             if missing is not None:
                 raise missing from refusal
+            # Refused mid-wait (OOM when collecting a grant the library pushed):
+            # the grant or the queue place must not outlive the refusal.
+            await self._withdraw(backend, owner)
             raise
         except BaseException as cut_short:
             # Cancelled or cut short before the caller learnt of a grant: drop the
@@ -146,7 +171,10 @@ class _AsyncHolder:
         return lease
 
     async def release(self) -> bool:
-        """Ends the holding; True if the server still had it."""
+        """Ends the holding; True if the server still had it. In a process forked
+        from the holder, nothing is sent and the answer is False."""
+        if self._forked():
+            return False
         owner, lease, backend = self._owner, self._lease, self._backend
         if owner is None or lease is None or backend is None:
             raise RuntimeError(f"release of lock {self.key!r}, which this object does not hold")
@@ -240,7 +268,7 @@ class _AsyncHolder:
                 log.exception("the on_lost callback of lock %r raised", self.key)
 
     async def _probe(self) -> Backend:
-        if self._backend is None:
+        if self._backend is None or _io.stale(self._backend):
             try:
                 call = _io.on_async(self._conn(CONTROL_LIMIT))
                 self._backend = await _io.backend_for_async(self._client, call, self._forced)
@@ -250,6 +278,7 @@ class _AsyncHolder:
         return self._backend
 
     def _conn(self, read_limit: float | None) -> _io.AsyncConnection:
+        self._forked()
         conn = self._conns.get(read_limit)
         if conn is None:
             conn = _io.connect_async(self._client, read_limit)
@@ -276,6 +305,8 @@ class _AsyncHolder:
         error: BaseException | None,
         trace: TracebackType | None,
     ) -> None:
+        if self._forked():
+            return  # the parent's holding: the parent releases it
         held = self._owner is not None
         was_lost = held and (self._lost.is_set() or not self.owned())
         if held:

@@ -1,8 +1,8 @@
-"""Which backend a server has, probed once per connection pool: the module when
-``COMMAND INFO LOCK.ACQUIRE`` names its command, else the function library when
-``FUNCTION LIST LIBRARYNAME redislock`` shows it loaded, else the same library sent
-as a script (``SCRIPT LOAD``, then ``EVALSHA``). A library older than this client
-is refused, naming both versions."""
+"""Which backend a server has, probed once per connection pool (and again after
+the library was found gone): the module when ``COMMAND INFO LOCK.ACQUIRE`` names
+its command, else the function library when ``FCALL_RO lock_version 0`` answers,
+else the same library sent as a script (``SCRIPT LOAD``, then ``EVALSHA``). A
+library of a version this client does not accept is refused, naming both."""
 
 from __future__ import annotations
 
@@ -37,17 +37,16 @@ def detect(forced: BackendName = None) -> Generator[Step, Any, Backend]:
             return ModuleBackend()
         why.append("no LOCK.ACQUIRE command")
     if forced in (None, "functions"):
-        libraries: Any = None
+        # lock_version itself, not FUNCTION LIST: a user whose ACL allows FCALL and
+        # FCALL_RO only (as managed services give) may not list functions.
+        version: Any = None
         try:
-            libraries = yield Step(("FUNCTION", "LIST", "LIBRARYNAME", "redislock"))
-        except redis.exceptions.ResponseError as error:  # Redis 6.2, an ACL
-            why.append(f"FUNCTION LIST refused: {error}")
-        if _non_empty(libraries):
-            functions = FunctionsBackend()
-            check_version((yield from functions.version()))
-            return functions
-        if libraries is not None:
-            why.append("no redislock library")
+            version = yield Step(("FCALL_RO", "lock_version", 0))
+        except redis.exceptions.ResponseError as error:  # not loaded, Redis 6.2, an ACL
+            why.append(f"no redislock library ({error})")
+        if version is not None:
+            check_version(version)
+            return FunctionsBackend()
     if forced in (None, "scripts"):
         scripts = ScriptsBackend()
         try:

@@ -84,6 +84,10 @@ def on(conn: AbstractConnection) -> Callable[[Step], Any]:
     raw: Any = conn
 
     def call(step: Step) -> Any:
+        # connect() first: a Sentinel-managed connection asks Sentinel for the
+        # master there, and send_command alone would connect to its default
+        # address (localhost:6379) instead. A no-op once connected.
+        raw.connect()
         raw.send_command(*step.args)
         # can_read(timeout) is in every redis-py since 3; read_response's own
         # timeout is not.
@@ -118,7 +122,10 @@ def disconnect(conn: AbstractConnection | None) -> None:
 
 
 def on_async(conn: AsyncConnection) -> Callable[[Step], Awaitable[Any]]:
+    raw: Any = conn
+
     async def call(step: Step) -> Any:
+        await raw.connect()  # as in ``on``: Sentinel resolves the master there
         await conn.send_command(*step.args)
         if step.read_limit is None:
             return await conn.read_response()
@@ -170,6 +177,12 @@ async def run_async(protocol: Generator[Step, Any, T], call: Callable[[Step], Aw
         protocol.close()
 
 
+def stale(backend: Backend) -> bool:
+    """True for a backend found out of date since it was probed: the function
+    library found gone (it is carried by the scripts path meanwhile)."""
+    return bool(getattr(backend, "library_missing", False))
+
+
 def backend_for(
     client: SyncClient, call: Callable[[Step], Any], forced: BackendName = None
 ) -> Backend:
@@ -178,7 +191,7 @@ def backend_for(
     of ``COMMAND INFO`` fails on the null an unknown command gets)."""
     known = _backends.setdefault(client.connection_pool, {})
     backend = known.get(forced)
-    if backend is None:
+    if backend is None or stale(backend):
         backend = run_sync(detect(forced), call)
         known[forced] = backend
     return backend
@@ -189,7 +202,7 @@ async def backend_for_async(
 ) -> Backend:
     known = _backends.setdefault(client.connection_pool, {})
     backend = known.get(forced)
-    if backend is None:
+    if backend is None or stale(backend):
         backend = await run_async(detect(forced), call)
         known[forced] = backend
     return backend

@@ -23,8 +23,8 @@ import threading
 
 from ._protocol import LEASE_MARGIN_MIN, LEASE_MARGIN_PERCENT, RENEWAL_DIVISOR
 
-#: The longest TTL or wait the server takes, in ms (2^62).
-MAX_MILLIS = 1 << 62
+#: The longest TTL or wait the server takes, in ms (2^62 - 1, as the module's).
+MAX_MILLIS = (1 << 62) - 1
 
 
 def margin(ttl: float) -> float:

@@ -115,15 +115,39 @@ class _Library:
 
 
 class FunctionsBackend(_Library):
-    """The library loaded with ``FUNCTION LOAD`` (Redis 7.0+, Valkey): ``FCALL``."""
+    """The library loaded with ``FUNCTION LOAD`` (Redis 7.0+, Valkey): ``FCALL``.
+
+    A call that finds the library gone (``ERR Function not found``: a restart
+    without persistence, ``FUNCTION FLUSH`` or ``DELETE``) is made again through the
+    scripts path, the same library sent as a script, which answers for what the
+    server holds now: a renewal of a holding lost with the restart learns so at once
+    (0), rather than retrying until its lease runs out while a rival is granted. The
+    backend is then marked :attr:`library_missing`, so new holders probe again."""
 
     name = "functions"
+
+    def __init__(self) -> None:
+        self.library_missing = False
+        self._scripts: ScriptsBackend | None = None
 
     def call(
         self, function: str, keys: Sequence[str], *args: Arg, bound: float | None = None
     ) -> Generator[Step, Any, Any]:
         command = "FCALL_RO" if function in ("lock_info", "lock_version") else "FCALL"
-        return (yield Step((command, function, len(keys), *keys, *args), bound))
+        try:
+            return (yield Step((command, function, len(keys), *keys, *args), bound))
+        except redis.exceptions.ResponseError as error:
+            if not function_missing(error):
+                raise
+        self.library_missing = True
+        if self._scripts is None:
+            self._scripts = ScriptsBackend()
+        return (yield from self._scripts.call(function, keys, *args, bound=bound))
+
+
+def function_missing(error: Exception) -> bool:
+    """``ERR Function not found``: the library is not (or no longer) loaded."""
+    return str(error).lower().startswith("function not found")
 
 
 class ScriptsBackend(_Library):

@@ -179,5 +179,15 @@ class _Scheduler:
             if again is not None:
                 self.add(renewal, again)
 
+    def _after_fork_in_child(self) -> None:
+        """A fork copies this object but not its thread, and the condition may have
+        been held by that thread at the fork: the child starts afresh (the parent's
+        renewals are the parent's)."""
+        self._cond = threading.Condition()
+        self._heap = []
+        self._pid = -1
+
 
 SCHEDULER = _Scheduler()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=SCHEDULER._after_fork_in_child)

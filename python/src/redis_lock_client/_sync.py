@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from types import TracebackType
@@ -63,16 +64,21 @@ class _Holder:
         # its use needs (``_conns[limit]``): a wait's read by the wait, a release's
         # by RELEASE_LIMIT.
         self._conns: dict[float | None, AbstractConnection] = {}
+        # The process whose holding and connections these are: a forked child has
+        # copies of both, and must neither release nor renew the parent's holding
+        # nor write on the parent's sockets (see _forked).
+        self._pid = os.getpid()
 
     @property
     def token(self) -> int | None:
-        """The fencing token of the current holding; None when not held."""
-        return self._token
+        """The fencing token of the current holding; None when not held (also in a
+        process forked from the holder: the holding is the parent's)."""
+        return self._token if self._pid == os.getpid() else None
 
     @property
     def owner(self) -> str | None:
         """The owner id of the current holding (fresh for every acquire)."""
-        return self._owner
+        return self._owner if self._pid == os.getpid() else None
 
     @property
     def lost(self) -> threading.Event:
@@ -84,11 +90,33 @@ class _Holder:
     def owned(self) -> bool:
         """True while this object holds the lock and its lease has not run out."""
         renewal = self._renewal
-        return renewal is not None and not renewal.lease.is_lost(time.monotonic())
+        if renewal is None or self._pid != os.getpid():
+            return False
+        return not renewal.lease.is_lost(time.monotonic())
+
+    def _forked(self) -> bool:
+        """In a process forked from the one that used this object last, drops what
+        it inherited: the parent's holding (which stays the parent's: nothing is
+        sent for it) and the parent's connections (their descriptors are closed
+        here only; redis-py shuts a socket down only in the process that opened
+        it). True if a holding was dropped so."""
+        if self._pid == os.getpid():
+            return False
+        self._pid = os.getpid()
+        inherited = self._owner is not None
+        # The renewal and its lease are the parent's objects: not stopped or ended
+        # from here (the copies would change nothing there, and nothing renews here).
+        self._owner = self._token = self._renewal = None
+        self._lost = threading.Event()
+        conns, self._conns = self._conns, {}
+        for conn in conns.values():
+            _io.disconnect(conn)
+        return inherited
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         """Takes the lock, waiting in the server's FIFO queue as ``threading.Lock``
         would (``timeout`` None or -1: without limit); True if granted."""
+        self._forked()
         if self._owner is not None:
             raise RuntimeError(f"lock {self.key!r} is already held by this object")
         wait_ms, read_limit = wait_of(blocking, timeout)
@@ -108,10 +136,13 @@ class _Holder:
             self._held(backend, owner, token, lease)
             return True
         except redis.exceptions.ResponseError as refusal:
-            # A refusal (WRONGTYPE, a mode conflict): nothing was granted.
+            # A refusal (WRONGTYPE, a mode conflict, OOM).
             missing = backend_missing(refusal)
             if missing is not None:
                 raise missing from refusal
+            # Refused mid-wait (OOM when collecting a grant the library pushed):
+            # the grant or the queue place must not outlive the refusal.
+            self._withdraw(backend, owner)
             raise
         except BaseException as cut_short:
             # Cut short (an interrupt, a timeout, a dead connection) before the
@@ -145,7 +176,14 @@ class _Holder:
 
     def release(self) -> bool:
         """Ends the holding; True if the server still had it (False: it had been
-        lost). ``RuntimeError`` if this object holds nothing."""
+        lost). ``RuntimeError`` if this object holds nothing. In a process forked
+        from the holder, nothing is sent and the answer is False: the holding is
+        the parent's, which goes on holding and renewing it."""
+        if self._forked():
+            log.debug(
+                "release of lock %r in a forked process: the holding is its parent's", self.key
+            )
+            return False
         owner, renewal, backend = self._owner, self._renewal, self._backend
         if owner is None or renewal is None or backend is None:
             raise RuntimeError(f"release of lock {self.key!r}, which this object does not hold")
@@ -183,7 +221,7 @@ class _Holder:
         return _io.run_sync(backend.info(self.key), _io.on_client(self._client))
 
     def _probe(self) -> Backend:
-        if self._backend is None:
+        if self._backend is None or _io.stale(self._backend):
             try:
                 call = _io.on(self._conn(CONTROL_LIMIT))
                 self._backend = _io.backend_for(self._client, call, self._forced)
@@ -193,6 +231,7 @@ class _Holder:
         return self._backend
 
     def _conn(self, read_limit: float | None) -> AbstractConnection:
+        self._forked()
         conn = self._conns.get(read_limit)
         if conn is None:
             if len(self._conns) >= 4:  # waits of many different timeouts
@@ -210,6 +249,8 @@ class _Holder:
 
     def close(self) -> None:
         """Closes the holder's own connections (a held lock is released first)."""
+        if self._forked():
+            return
         if self._owner is not None:
             self.release()
         self._close()
@@ -224,6 +265,8 @@ class _Holder:
         error: BaseException | None,
         trace: TracebackType | None,
     ) -> None:
+        if self._forked():
+            return  # the parent's holding: the parent releases it
         held = self._owner is not None
         was_lost = held and (self._lost.is_set() or not self.owned())
         if held:

@@ -1,5 +1,5 @@
 #!lua name=redislock
--- redislock: the redis-lock contract (SPEC.md, "Without the module") as one Lua
+-- redislock: the redis-lock contract (docs/contract.md, "Without the module") as one Lua
 -- library, for servers that cannot load the module.
 --
 -- Two ways to load this same file:
@@ -29,11 +29,11 @@
 -- The version of this library and of its waiting protocol (`lock_version`).
 local VERSION = 1
 
--- SPEC "Commands": TTLs and timeouts up to 2^62 ms (i64::MAX / 2, as the module).
+-- contract.md "Commands": TTLs and timeouts up to 2^62 ms (i64::MAX / 2, as the module).
 local MAX_DURATION = '4611686018427387903'
 -- The module's default `lock.max-owner-len` (the library has no configs).
 local MAX_OWNER_LEN = 256
--- SPEC: LIMIT n, 1 <= n <= 2^31.
+-- contract.md "LOCK.ACQUIRE": LIMIT n, 1 <= n <= 2^31.
 local MAX_LIMIT = 2147483648
 -- Lua numbers are doubles: absolute times are kept below 2^53 ms (year 287,000),
 -- where they are exact. A longer TTL is accepted and ends there.
@@ -42,7 +42,7 @@ local EXACT = 9007199254740992
 local TOKENS_PER_MS = 1000
 -- A queue place's lease when the waiter names none, and the largest it may name.
 -- The lease is both how often a waiter renews its place (one lock_wait and one
--- BLPOP per lease: one command a second by default, SPEC "Without the module") and
+-- BLPOP per lease: one command a second by default, contract.md "Without the module") and
 -- how long a grant pushed to it stays uncollected (at most the lease).
 local DEFAULT_LEASE_MS = 2000
 local MAX_LEASE_MS = 60000
@@ -222,7 +222,7 @@ end
 -- ---------------------------------------------------------------------------
 -- State: the lock hash and the queue hash, read once per call.
 
--- SPEC "Holdings": a holding whose expiry has passed is gone (the module's holds_at).
+-- contract.md "Holdings": a holding whose expiry has passed is gone (the module's holds_at).
 local function live(expires, now)
     return expires >= now
 end
@@ -365,7 +365,7 @@ local function last_expiry(state)
     return last
 end
 
--- Writes the lock's holdings back: the key goes when none lives (SPEC "Holdings":
+-- Writes the lock's holdings back: the key goes when none lives (contract.md "Holdings":
 -- nothing of the lock is left), else expires with the holding that ends last.
 local function store_lock(state)
     local last = last_expiry(state)
@@ -387,7 +387,7 @@ end
 
 -- Removes lapsed holdings (an exclusive one lapses with its key, but Redis judges
 -- that with its own clock reading, which may be a millisecond behind ours).
--- SPEC: a lapsed holding is removed, and propagated as removed (by effects here).
+-- contract.md "Holdings": a lapsed holding is removed, and propagated as removed (by effects here).
 local function remove_lapsed(state)
     local kept, lapsed = {}, {}
     for _, h in ipairs(state.lock.holders) do
@@ -409,7 +409,7 @@ local function remove_lapsed(state)
     end
 end
 
--- SPEC "Waiting": may a request join the live holdings now (queue aside)?
+-- contract.md "Waiting": may a request join the live holdings now (queue aside)?
 local function fits(state, shared, limit)
     local count = live_count(state)
     if count == 0 then
@@ -421,7 +421,7 @@ local function fits(state, shared, limit)
     return limit == nil or count < limit
 end
 
--- SPEC "Fencing tokens": greater than every token handed out for this key: the mark
+-- contract.md "Fencing tokens": greater than every token handed out for this key: the mark
 -- kept in the queue key, the live holdings' tokens, and the clock floor (which
 -- covers a mark that expired or was lost).
 local function mint(state)
@@ -470,7 +470,7 @@ local function drop_fields(state, fields)
     end
 end
 
--- SPEC "Waiting", "Without the module": the call that frees the lock grants the
+-- contract.md "Waiting", "Without the module": the call that frees the lock grants the
 -- head of the queue in the same call, then the next, as many as fit; the first
 -- that does not fit stops the rest. Places whose lease lapsed leave first (a
 -- vanished waiter). A grant is pushed to the waiter's own list; until the waiter
@@ -533,8 +533,8 @@ local function wake_head(state, before, after)
     if head and after < before then
         local list = grant_key(state.key, head.owner)
         -- The wake-up only hastens the head: a key of another type at the list's
-        -- name (someone else's) must not fail the call after its writes (SPEC
-        -- "Errors"); the head then asks again at its renewal.
+        -- name (someone else's) must not fail the call after its writes
+        -- (contract.md "Errors"); the head then asks again at its renewal.
         local pushed = redis.pcall('RPUSH', list, '0')
         if type(pushed) == 'number' then
             redis.call('PEXPIREAT', list, int(head.lease_until))
@@ -568,7 +568,7 @@ local function settle(state)
     hand_off(state)
 end
 
--- SPEC "LOCK.ACQUIRE": the owner's own live holding in the mode asked for is
+-- contract.md "LOCK.ACQUIRE": the owner's own live holding in the mode asked for is
 -- refreshed with the same token; in the other mode it is an error. Returns the
 -- holding refreshed, or nil when the owner holds nothing live here.
 local function refresh(state, request)
@@ -605,7 +605,7 @@ end
 -- holding of the owner in the other mode is an error, and nothing changes. So is a
 -- live queue place of the owner in the other mode: `settle` may grant that place in
 -- this very call, and the conflict would then come after the grant was written
--- (SPEC "Errors": an error changes nothing). A waiter changes its mode by
+-- (contract.md "Errors": an error changes nothing). A waiter changes its mode by
 -- cancelling its place first.
 local function check_mode(state, request)
     local mode = request.shared and 'shared' or 'exclusive'
@@ -632,7 +632,7 @@ end
 -- The functions.
 
 -- FCALL lock_acquire 1 key owner ttl [SHARED | LIMIT n] [WAIT timeout]
--- SPEC "LOCK.ACQUIRE": the token of a new or refreshed holding, or nil. A newcomer
+-- contract.md "LOCK.ACQUIRE": the token of a new or refreshed holding, or nil. A newcomer
 -- never goes ahead of a waiter with a live place. WAIT is checked and ignored: a
 -- function cannot block (lock_wait is the waiting form).
 local function lock_acquire(keys, args)
@@ -670,7 +670,7 @@ local function lock_acquire(keys, args)
 end
 
 -- FCALL lock_release 1 key owner
--- SPEC "LOCK.RELEASE": 1 when owner's live holding ended, else 0; what it frees goes
+-- contract.md "LOCK.RELEASE": 1 when owner's live holding ended, else 0; what it frees goes
 -- to the queue in the same call.
 local function lock_release(keys, args)
     if #keys ~= 1 or #args ~= 1 then
@@ -680,7 +680,7 @@ local function lock_release(keys, args)
     local state = open(keys[1])
     local h = holding_of(state, owner)
     if not h or not live(h.expires, state.now) then
-        -- A miss touches nothing (SPEC "Errors": no write, WATCH holds) unless a
+        -- A miss touches nothing (contract.md "Calls that change nothing": no write, WATCH holds) unless a
         -- lapse waits to be acted on.
         settle(state)
         return 0
@@ -701,7 +701,7 @@ local function lock_release(keys, args)
 end
 
 -- FCALL lock_extend 1 key owner ttl
--- SPEC "LOCK.EXTEND": 1 when owner's live holding now ends ttl from now (same
+-- contract.md "LOCK.EXTEND": 1 when owner's live holding now ends ttl from now (same
 -- token), else 0; never re-creates an expired holding.
 local function lock_extend(keys, args)
     if #keys ~= 1 or #args ~= 2 then
@@ -736,7 +736,7 @@ end
 local QUEUE_SHOWN = 10
 
 -- FCALL_RO lock_info 1 key (no-writes: runs on replicas)
--- SPEC "LOCK.INFO": nil when free; else mode, holders oldest first, waiters (live
+-- contract.md "LOCK.INFO": nil when free; else mode, holders oldest first, waiters (live
 -- queue places), queue (the first QUEUE_SHOWN of them: owner, mode, limit with
 -- LIMIT, waited ms), and for an exclusive lock its owner, ttl and token.
 local function lock_info(keys, args)
@@ -855,7 +855,7 @@ end
 -- FCALL lock_cancel 1 key owner
 -- A waiter gives up (its own timeout): its place goes, and a grant pushed to it but
 -- not collected is released (handed on), so a timed-out waiter never holds the
--- lock (SPEC "Waiting"). 1 when there was a place or a grant, else 0.
+-- lock (contract.md "Waiting"). 1 when there was a place or a grant, else 0.
 local function lock_cancel(keys, args)
     if #keys ~= 1 or #args ~= 1 then
         arity('lock_cancel')
