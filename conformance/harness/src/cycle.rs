@@ -33,6 +33,10 @@ pub struct CycleSpec {
     /// Between a release's answer and the next acquire.
     #[serde(default)]
     pub pause_ms: u64,
+    /// Actor `n` (from 0) starts `n` times this later, so that holdings overlap in a
+    /// chain rather than in step.
+    #[serde(default)]
+    pub stagger_ms: u64,
     #[serde(default)]
     pub background: bool,
 }
@@ -231,9 +235,12 @@ fn drive(
         start: Some(Instant::now()),
         ..Record::default()
     };
-    let mut states: Vec<(State, u32, Instant)> = actors
-        .iter()
-        .map(|_| (State::Ask, 0, Instant::now()))
+    let start = Instant::now();
+    let mut states: Vec<(State, u32, Instant)> = (0..actors.len())
+        .map(|n| {
+            let offset = Duration::from_millis(spec.stagger_ms.saturating_mul(n as u64));
+            (State::Pausing(start + offset), 0, start)
+        })
         .collect();
     let mut next_sample = Instant::now();
     while !stop.load(Ordering::SeqCst) {

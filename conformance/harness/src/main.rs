@@ -350,6 +350,8 @@ fn run_cell(
     let logs = run.finish();
     let trace = std::mem::take(&mut run.trace);
     drop(run);
+    let _ = std::fs::create_dir_all(&ctx.logs);
+    let _ = std::fs::write(ctx.logs.join("trace.txt"), trace.join("\n") + "\n");
     match result {
         Ok(()) => Outcome::Passed(started.elapsed()),
         Err(why) => {

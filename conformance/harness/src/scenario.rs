@@ -557,17 +557,17 @@ impl<'a> Run<'a> {
                     }
                 }
                 "holders" => {
-                    if Some(holders) != want.as_i64() {
+                    if Some(holders) != integer(want) {
                         return Err(format!("{holders} holders: {info:?}"));
                     }
                 }
                 "waiters" => {
-                    if Some(waiters) != want.as_i64() {
+                    if Some(waiters) != integer(want) {
                         return Err(format!("{waiters} waiters: {info:?}"));
                     }
                 }
                 "waiters_at_least" => {
-                    if waiters < want.as_i64().unwrap_or(0) {
+                    if waiters < integer(want).unwrap_or(0) {
                         return Err(format!("{waiters} waiters: {info:?}"));
                     }
                 }
@@ -631,27 +631,35 @@ impl<'a> Run<'a> {
                 .collect(),
             None => vec![text(step, "a")?, text(step, "b")?],
         };
-        let mut tokens = Vec::new();
+        let field = step.get("field").and_then(Value::as_str).unwrap_or("token");
+        let mut values = Vec::new();
         for name in &names {
-            let token = self.reply_field(name, "token")?;
-            let value: u128 = token
-                .parse()
-                .map_err(|_| format!("{name}'s token {token:?} is not a decimal string"))?;
-            tokens.push((name.clone(), value));
+            let text = self.reply_field(name, field)?;
+            // Tokens compare as numbers (decimal strings up to 2^62), the rest as text.
+            let number = if field == "token" {
+                Some(
+                    text.parse::<u128>()
+                        .map_err(|_| format!("{name}'s token {text:?} is not a decimal string"))?,
+                )
+            } else {
+                None
+            };
+            values.push((name.clone(), number, text));
         }
-        for pair in tokens.windows(2) {
-            let ((a, x), (b, y)) = (&pair[0], &pair[1]);
+        for pair in values.windows(2) {
+            let ((a, x, xs), (b, y, ys)) = (&pair[0], &pair[1]);
             let holds = match is.as_str() {
-                "less" | "increasing" => x < y,
-                "equal" => x == y,
-                "distinct" => x != y,
+                "less" | "increasing" => x.is_some() && x < y,
+                "equal" => xs == ys,
+                "distinct" => xs != ys,
                 other => return Err(format!("unknown comparison {other:?}")),
             };
             if !holds {
-                return Err(format!("tokens: {a} = {x}, {b} = {y}: not {is}"));
+                return Err(format!("{field}: {a} = {xs}, {b} = {ys}: not {is}"));
             }
         }
-        self.note(format!("tokens {is}: {tokens:?}"));
+        let shown: Vec<String> = values.iter().map(|(n, _, t)| format!("{n}={t}")).collect();
+        self.note(format!("{field} {is}: {}", shown.join(", ")));
         Ok(())
     }
 
@@ -983,6 +991,13 @@ fn substitute(value: &Value, vars: &[(String, String)]) -> Value {
     }
 }
 
+/// A number, or a number written as text (after a `{i}` was substituted).
+fn integer(value: &Value) -> Option<i64> {
+    value
+        .as_i64()
+        .or_else(|| value.as_str().and_then(|s| s.trim().parse().ok()))
+}
+
 fn text(step: &Step, field: &str) -> Result<String, String> {
     step.get(field)
         .and_then(Value::as_str)
@@ -996,10 +1011,18 @@ fn number(step: &Step, field: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("the step needs {field} (ms)"))
 }
 
+/// `within_ms`: a number, or a sum of numbers (`"{release_limit_ms} + 500"` once
+/// the constants are substituted).
 fn limit(step: &Step, default: Duration) -> Duration {
-    step.get("within_ms")
-        .and_then(Value::as_u64)
-        .map_or(default, Duration::from_millis)
+    let ms = match step.get("within_ms") {
+        Some(Value::Number(n)) => n.as_u64(),
+        Some(Value::String(sum)) => sum
+            .split('+')
+            .map(|term| term.trim().parse::<u64>().ok())
+            .sum::<Option<u64>>(),
+        _ => None,
+    };
+    ms.map_or(default, Duration::from_millis)
 }
 
 /// The capabilities `scenario` needs on `backend` that `hello` lacks.
