@@ -198,6 +198,11 @@ impl Actor {
         let _ = self.child.wait();
     }
 
+    /// True once the adapter process has exited (been reaped).
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
     /// Ends the actor: `close`, a moment to exit, then SIGKILL.
     pub fn finish(&mut self) {
         if self.killed {

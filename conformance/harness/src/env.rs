@@ -243,13 +243,24 @@ impl Env {
         }
     }
 
-    /// Injects `fault`.
+    /// Injects `fault`, then checks that it acted (a fault that did nothing would
+    /// let a scenario pass for the wrong reason).
     pub fn fault(
         &mut self,
         fault: &str,
         key: Option<&str>,
         old_version: i64,
     ) -> Result<(), String> {
+        let run_id = match fault {
+            "restart" | "start_server" => self.run_id(),
+            _ => None,
+        };
+        self.inject(fault, key, old_version)?;
+        self.acted(fault, key, old_version, run_id)
+            .map_err(|why| format!("the fault {fault} did not act: {why}"))
+    }
+
+    fn inject(&mut self, fault: &str, key: Option<&str>, old_version: i64) -> Result<(), String> {
         match fault {
             "black_hole" => self.proxy()?.black_hole(),
             "heal" => self.proxy()?.heal(),
@@ -282,6 +293,87 @@ impl Env {
             other => return Err(format!("unknown fault {other:?}")),
         }
         Ok(())
+    }
+
+    /// The server's `run_id`, new at every start.
+    fn run_id(&self) -> Option<String> {
+        let mut con = connection(self.server.as_ref()?).ok()?;
+        let info: String = redis::cmd("INFO").arg("server").query(&mut con).ok()?;
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix("run_id:"))
+            .map(str::to_string)
+    }
+
+    /// True if a PING on a fresh connection to `port` is answered within 300 ms.
+    fn answers(port: u16) -> bool {
+        let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}/")) else {
+            return false;
+        };
+        let limit = Duration::from_millis(300);
+        client
+            .get_connection_with_timeout(limit)
+            .and_then(|mut con| {
+                con.set_read_timeout(Some(limit))?;
+                redis::cmd("PING").query::<String>(&mut con)
+            })
+            .is_ok()
+    }
+
+    fn acted(
+        &self,
+        fault: &str,
+        key: Option<&str>,
+        old_version: i64,
+        run_id: Option<String>,
+    ) -> Result<(), String> {
+        match fault {
+            "black_hole" if Env::answers(self.proxy()?.port()) => {
+                Err("PING through the proxy is answered".into())
+            }
+            "heal" if !Env::answers(self.proxy()?.port()) => {
+                Err("PING through the proxy is not answered".into())
+            }
+            "pause" | "kill_server" if Env::answers(self.server()?.port) => {
+                Err("the server answers PING".into())
+            }
+            "resume" if !Env::answers(self.server()?.port) => {
+                Err("the server does not answer PING".into())
+            }
+            "restart" | "start_server" => {
+                let now = self.run_id();
+                if now.is_none() || now == run_id {
+                    return Err(format!("run_id {now:?} (before: {run_id:?})"));
+                }
+                Ok(())
+            }
+            "del" => {
+                let key = key.unwrap_or_default();
+                let exists: i64 = query(&mut self.admin(key)?, &["EXISTS", key])?;
+                if exists != 0 {
+                    return Err(format!("{key} still exists"));
+                }
+                Ok(())
+            }
+            "function_flush" => {
+                let libraries: Vec<Value> =
+                    query(&mut connection(self.server()?)?, &["FUNCTION", "LIST"])?;
+                if !libraries.is_empty() {
+                    return Err("FUNCTION LIST still lists a library".into());
+                }
+                Ok(())
+            }
+            "load_old_library" => {
+                let version: i64 = query(
+                    &mut connection(self.server()?)?,
+                    &["FCALL_RO", "lock_version", "0"],
+                )?;
+                if version != old_version {
+                    return Err(format!("lock_version answers {version}"));
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     fn server_mut(&mut self) -> Result<&mut Server, String> {

@@ -495,10 +495,16 @@ impl<'a> Run<'a> {
         let fault = text(step, "fault")?;
         if fault == "kill_actor" {
             let name = text(step, "actor")?;
-            self.actors
+            let actor = self
+                .actors
                 .get_mut(&name)
-                .ok_or_else(|| format!("no actor {name:?}"))?
-                .kill();
+                .ok_or_else(|| format!("no actor {name:?}"))?;
+            actor.kill();
+            if !actor.exited() {
+                return Err(format!(
+                    "the fault kill_actor did not act: {name} still runs"
+                ));
+            }
             self.note(format!("fault: SIGKILL {name}"));
             return Ok(());
         }
