@@ -365,3 +365,46 @@ fn acquire_fields(spec: &CycleSpec, key: &str, round: u32) -> Map<String, Value>
     fields.insert("wait".into(), json!("forever"));
     fields
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(granted: u64, released: u64, start: Instant) -> Round {
+        Round {
+            actor: "a".into(),
+            asked: start,
+            granted: start + Duration::from_millis(granted),
+            token: "1".into(),
+            release_sent: start + Duration::from_millis(released),
+        }
+    }
+
+    #[test]
+    fn holdings_that_touch_count_as_overlapping_and_those_apart_do_not() {
+        let start = Instant::now();
+        let record = Record {
+            rounds: vec![
+                round(0, 10, start),
+                round(10, 20, start),
+                round(21, 30, start),
+            ],
+            ..Record::default()
+        };
+        assert_eq!(record.max_overlap(), 2);
+        let apart = Record {
+            rounds: vec![round(0, 10, start), round(11, 20, start)],
+            ..Record::default()
+        };
+        assert_eq!(apart.max_overlap(), 1);
+    }
+
+    #[test]
+    fn actor_ranges_expand() {
+        assert_eq!(
+            expand(&serde_json::json!("w1..w3")).unwrap(),
+            ["w1", "w2", "w3"]
+        );
+        assert_eq!(expand(&serde_json::json!(["a", "b"])).unwrap(), ["a", "b"]);
+    }
+}

@@ -25,12 +25,14 @@ pub struct Adapter {
 }
 
 impl Adapter {
-    /// The command with `{root}` replaced.
+    /// The command with `{root}` and `{target}` (Cargo's target directory:
+    /// `CARGO_TARGET_DIR`, else `target`) replaced.
     pub fn argv(&self, root: &Path) -> Vec<String> {
+        let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
         let root = root.display().to_string();
         self.command
             .iter()
-            .map(|arg| arg.replace("{root}", &root))
+            .map(|arg| arg.replace("{root}", &root).replace("{target}", &target))
             .collect()
     }
 
@@ -39,8 +41,12 @@ impl Adapter {
     pub fn missing(&self, root: &Path) -> Option<String> {
         let program = self.argv(root).into_iter().next()?;
         let path = PathBuf::from(&program);
-        let relative = path.components().count() > 1 && path.is_relative();
-        (relative && !root.join(&path).exists()).then(|| format!("adapter not built ({program})"))
+        let missing = if path.is_absolute() {
+            !path.exists()
+        } else {
+            path.components().count() > 1 && !root.join(&path).exists()
+        };
+        missing.then(|| format!("adapter not built ({program})"))
     }
 }
 

@@ -57,7 +57,23 @@ pub struct ActorSpec {
 impl Scenario {
     pub fn load(path: &Path) -> Result<Scenario, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+        let scenario: Scenario =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        scenario
+            .validate()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(scenario)
+    }
+
+    /// Every step's op is known and has the fields it needs (schema.json says the
+    /// same, for other tools); every backend named exists.
+    pub fn validate(&self) -> Result<(), String> {
+        for backend in self.backends.iter().flatten() {
+            if Backend::parse(backend).is_none() {
+                return Err(format!("unknown backend {backend:?}"));
+            }
+        }
+        validate_steps(&self.steps)
     }
 
     /// Why it does not run on `backend`, if so.
@@ -84,6 +100,41 @@ impl Scenario {
         }
         names
     }
+}
+
+fn validate_steps(steps: &[Value]) -> Result<(), String> {
+    for step in steps {
+        let op = step
+            .get("op")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("a step without op: {step}"))?;
+        let needs: &[&str] = match op {
+            "open" | "acquire" | "release" | "extend" | "token" | "await_lost" | "cancel"
+            | "info" | "close" => &["actor"],
+            "await" => &["request"],
+            "await_event" | "no_event" => &["actor", "lock"],
+            "sleep" => &["ms"],
+            "fault" => &["fault"],
+            "server" => &["key", "expect"],
+            "compare" => &["is"],
+            "before" => &["first", "then"],
+            "elapsed" => &["from", "to"],
+            "repeat" => &["each", "steps"],
+            "cycle" => &["name", "actors", "key", "ttl_ms", "hold_ms", "rounds"],
+            "await_cycle" => &["name"],
+            "constants" => &[],
+            other => return Err(format!("unknown op {other:?}")),
+        };
+        for field in needs {
+            if step.get(*field).is_none() {
+                return Err(format!("{op} needs {field}: {step}"));
+            }
+        }
+        if let Some(inner) = step.get("steps").and_then(Value::as_array) {
+            validate_steps(inner)?;
+        }
+    }
+    Ok(())
 }
 
 /// What one cell of the table came to.
@@ -1040,4 +1091,55 @@ pub fn missing(scenario: &Scenario, backend: Backend, hello: &Hello) -> Vec<Stri
         .filter(|c| !hello.capabilities.contains(*c))
         .map(str::to_string)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenarios() -> Vec<PathBuf> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("json"))
+            .collect();
+        paths.sort();
+        paths
+    }
+
+    #[test]
+    fn every_scenario_loads_and_is_named_after_its_file() {
+        let paths = scenarios();
+        assert!(paths.len() >= 20, "{paths:?}");
+        for path in paths {
+            let scenario = Scenario::load(&path).unwrap();
+            assert_eq!(
+                Some(scenario.name.as_str()),
+                path.file_stem().and_then(|s| s.to_str())
+            );
+            assert!(!scenario.description.is_empty(), "{}", scenario.name);
+        }
+    }
+
+    #[test]
+    fn a_step_of_an_unknown_op_or_without_its_fields_is_refused() {
+        let step = |v: Value| validate_steps(&[v]);
+        assert!(step(serde_json::json!({"op": "acquire", "actor": "a"})).is_ok());
+        assert!(step(serde_json::json!({"op": "acquire"})).is_err());
+        assert!(step(serde_json::json!({"op": "fly"})).is_err());
+        assert!(step(
+            serde_json::json!({"op": "repeat", "each": [1, 2], "steps": [{"op": "sleep"}]})
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn a_default_owner_is_host_pid_and_16_hex_digits() {
+        assert!(default_owner("vm:42:0123456789abcdef", "vm", 42).is_ok());
+        assert!(default_owner("vm:43:0123456789abcdef", "vm", 42).is_err());
+        assert!(default_owner("vm:42:0123456789ABCDEF", "vm", 42).is_err());
+        assert!(default_owner("vm:42:0123456789abcdef0", "vm", 42).is_err());
+        assert!(default_owner("0b8a5f6e-uuid", "vm", 42).is_err());
+    }
 }
