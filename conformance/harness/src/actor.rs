@@ -247,12 +247,15 @@ fn read_lines(stdout: std::process::ChildStdout, shared: &Shared) {
             }
             Ok(value) if value.get("id").and_then(Value::as_u64).is_some() => {
                 let id = value.get("id").and_then(Value::as_u64).unwrap_or(0);
-                if inbox.replies.contains_key(&id) {
-                    inbox
-                        .garbage
-                        .push(format!("a second reply to {id}: {line}"));
-                } else {
-                    inbox.replies.insert(id, Received { at, value });
+                match inbox.replies.entry(id) {
+                    std::collections::hash_map::Entry::Vacant(slot) => {
+                        slot.insert(Received { at, value });
+                    }
+                    std::collections::hash_map::Entry::Occupied(_) => {
+                        inbox
+                            .garbage
+                            .push(format!("a second reply to {id}: {line}"));
+                    }
                 }
             }
             Ok(value) if value.get("event").is_some() => {
