@@ -22,7 +22,7 @@ type Fields = Map<String, Value>;
 /// The adapter's client: one server or a Cluster.
 #[derive(Clone)]
 enum Client {
-    Single(LockClient<redis::Client>),
+    Single(Box<LockClient<redis::Client>>),
     #[cfg(feature = "cluster")]
     Cluster(Box<LockClient<redis::cluster::ClusterClient>>),
 }
@@ -275,7 +275,7 @@ impl Adapter {
         } else {
             let url = with_credentials(text(fields, "url")?, fields);
             let redis = redis::Client::open(url).map_err(|e| failure("invalid_argument", e))?;
-            Client::Single(LockClient::new(redis).backend(backend))
+            Client::Single(Box::new(LockClient::new(redis).backend(backend)))
         };
         let detected = with_client!(&client, locks => locks.detect_backend().await);
         let detected = detected.map_err(client_error)?;
