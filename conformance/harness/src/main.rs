@@ -19,11 +19,13 @@
 mod actor;
 mod cycle;
 mod env;
+mod pool;
 mod registry;
 mod scenario;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -220,6 +222,23 @@ fn run() -> Result<bool, String> {
         scenarios.len(),
         options.jobs
     );
+    // The adapter processes each client's runs will take, started ahead of them.
+    let pools: Vec<pool::Pool> = adapters
+        .iter()
+        .enumerate()
+        .map(|(client, adapter)| {
+            let demand = match (&broken[client], &hellos[client]) {
+                (None, Ok(hello)) => backends
+                    .iter()
+                    .flat_map(|&b| scenarios.iter().map(move |s| (b, s)))
+                    .filter(|(b, s)| skip_reason(*b, s, hello, &adapter.client).is_none())
+                    .map(|(_, s)| s.actor_count())
+                    .sum(),
+                _ => 0,
+            };
+            pool::Pool::new(adapter.clone(), root.clone(), logs.clone(), demand)
+        })
+        .collect();
     let host = hostname();
     let queue = Mutex::new(
         cells
@@ -230,9 +249,15 @@ fn run() -> Result<bool, String> {
     let results: Mutex<BTreeMap<usize, (usize, Backend, usize, Outcome)>> =
         Mutex::new(BTreeMap::new());
     let serial = Mutex::new(0u64);
+    let filled = AtomicBool::new(false);
     std::thread::scope(|scope| {
+        for pool in &pools {
+            let filled = &filled;
+            scope.spawn(move || pool.fill(filled));
+        }
+        let mut workers = Vec::new();
         for _ in 0..options.jobs {
-            scope.spawn(|| loop {
+            workers.push(scope.spawn(|| loop {
                 let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
                 let Some((index, cell)) = next else { break };
                 let adapter = &adapters[cell.client];
@@ -248,8 +273,8 @@ fn run() -> Result<bool, String> {
                             *serial
                         };
                         let ctx = Context {
-                            root: &root,
                             adapter,
+                            pool: &pools[cell.client],
                             hello,
                             protocol: &protocol,
                             logs: logs
@@ -272,9 +297,16 @@ fn run() -> Result<bool, String> {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .insert(index, (cell.client, cell.backend, cell.scenario, outcome));
-            });
+            }));
         }
+        for worker in workers {
+            let _ = worker.join();
+        }
+        filled.store(true, Ordering::SeqCst);
     });
+    for pool in &pools {
+        pool.drain();
+    }
     let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
     let passed = print_table(&adapters, &hellos, &backends, &scenarios, &results);
     println!(
@@ -322,6 +354,23 @@ fn short(outcome: &Outcome) -> String {
     }
 }
 
+/// Why a cell is skipped, if it is.
+fn skip_reason(
+    backend: Backend,
+    scenario: &Scenario,
+    hello: &Hello,
+    client: &str,
+) -> Option<String> {
+    if let Some(why) = env::unavailable(backend) {
+        return Some(why);
+    }
+    if let Some(why) = scenario.not_on(backend) {
+        return Some(why);
+    }
+    let lacks = scenario::missing(scenario, backend, hello);
+    (!lacks.is_empty()).then(|| format!("{client} lacks {}", lacks.join(", ")))
+}
+
 fn run_cell(
     ctx: &Context<'_>,
     backend: Backend,
@@ -329,15 +378,8 @@ fn run_cell(
     cluster: Option<Arc<redis_lock_testkit::Cluster>>,
     serial: u64,
 ) -> Outcome {
-    if let Some(why) = env::unavailable(backend) {
+    if let Some(why) = skip_reason(backend, scenario, ctx.hello, &ctx.adapter.client) {
         return Outcome::Skipped(why);
-    }
-    if let Some(why) = scenario.not_on(backend) {
-        return Outcome::Skipped(why);
-    }
-    let lacks = scenario::missing(scenario, backend, ctx.hello);
-    if !lacks.is_empty() {
-        return Outcome::Skipped(format!("{} lacks {}", ctx.adapter.client, lacks.join(", ")));
     }
     let started = Instant::now();
     let prefix = format!("conf:{serial}:{}:", scenario.name);

@@ -89,6 +89,11 @@ impl Scenario {
         })
     }
 
+    /// How many adapter processes a run takes.
+    pub fn actor_count(&self) -> usize {
+        self.actor_names().len()
+    }
+
     /// The actors by name, counts expanded.
     fn actor_names(&self) -> Vec<(String, ActorSpec)> {
         let mut names = Vec::new();
@@ -147,8 +152,8 @@ pub enum Outcome {
 
 /// Everything a run needs besides its servers.
 pub struct Context<'a> {
-    pub root: &'a Path,
     pub adapter: &'a Adapter,
+    pub pool: &'a crate::pool::Pool,
     pub hello: &'a Hello,
     pub protocol: &'a BTreeMap<String, Value>,
     pub logs: PathBuf,
@@ -246,14 +251,8 @@ impl<'a> Run<'a> {
     fn start_actors(&mut self) -> Result<(), String> {
         let names = self.scenario.actor_names();
         for (name, _) in &names {
-            let log = self.ctx.logs.join(format!("{name}.log"));
-            let actor = Actor::spawn(
-                self.ctx.adapter,
-                self.ctx.root,
-                name,
-                &self.scenario.name,
-                &log,
-            )?;
+            let actor = self.ctx.pool.take(name)?;
+            self.note(format!("{name} is the process of {}", actor.log.display()));
             self.actors.insert(name.clone(), actor);
         }
         let mut opens = Vec::new();
