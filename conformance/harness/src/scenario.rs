@@ -330,7 +330,15 @@ impl<'a> Run<'a> {
             "await_event" => self.await_event(&step),
             "no_event" => self.no_event(&step),
             "sleep" => {
-                std::thread::sleep(Duration::from_millis(number(&step, "ms")?));
+                let ms = Duration::from_millis(number(&step, "ms")?);
+                // `from`: until that long after an instant (a reply, a mark), so that a
+                // fault lands at a set time in a lock's life, whatever the steps
+                // between took.
+                let until = match step.get("from").and_then(Value::as_str) {
+                    Some(from) => self.instant(from)? + ms,
+                    None => Instant::now() + ms,
+                };
+                std::thread::sleep(until.saturating_duration_since(Instant::now()));
                 Ok(())
             }
             "fault" => self.fault(&step),
