@@ -48,7 +48,7 @@ fn options() -> Result<Options, String> {
         clients: None,
         backends: None,
         scenarios: None,
-        jobs: 2,
+        jobs: 3,
         root: default_root(),
         list: false,
         build: false,

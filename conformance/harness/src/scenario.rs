@@ -571,10 +571,13 @@ impl<'a> Run<'a> {
             .and_then(Value::as_str)
             .map(|k| self.env.key(k));
         let old = self.ctx.old_library_version();
+        // The mark is the moment before the fault: anything stamped before it came
+        // before the fault could have any effect.
+        let at = Instant::now();
         self.env.fault(&fault, key.as_deref(), old)?;
         self.note(format!("fault: {fault}"));
         if let Some(name) = step.get("name").and_then(Value::as_str) {
-            self.marks.insert(name.to_string(), Instant::now());
+            self.marks.insert(name.to_string(), at);
         }
         Ok(())
     }
