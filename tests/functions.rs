@@ -314,7 +314,7 @@ fn every_command_replies_as_the_module_does() {
         );
     }
     let version: i64 = query(&mut lib, &["FCALL", "lock_version", "0"]).unwrap();
-    assert_eq!(version, 1);
+    assert_eq!(version, redis_lock_core::protocol::LIBRARY_VERSION);
 }
 
 #[test]

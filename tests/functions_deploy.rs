@@ -152,7 +152,7 @@ fn an_aof_restart_holds_what_the_server_held_and_tokens_go_on_growing() {
         .unwrap();
     assert!(tokens.iter().all(|t| token > *t));
     let version: i64 = query(&mut con, &["FCALL", "lock_version", "0"]).unwrap();
-    assert_eq!(version, 1);
+    assert_eq!(version, redis_lock_core::protocol::LIBRARY_VERSION);
 }
 
 #[test]
@@ -339,7 +339,10 @@ fn scripts_contract(binary: Option<String>) {
         .cmd("lock_version", None, &[])
         .query(&mut con)
         .unwrap();
-    assert_eq!(version, Value::Int(1));
+    assert_eq!(
+        version,
+        Value::Int(redis_lock_core::protocol::LIBRARY_VERSION)
+    );
     // Under OOM an acquire gets the server's OOM error, with its code; extend and
     // release still run (as LOCK.EXTEND and LOCK.RELEASE do).
     let _: () = query(&mut con, &["CONFIG", "SET", "maxmemory", "1"]).unwrap();

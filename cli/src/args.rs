@@ -222,6 +222,10 @@ pub enum Functions {
         /// (`redis-cli -x FUNCTION LOAD REPLACE < redislock.lua`).
         #[arg(long)]
         print: bool,
+        /// Replace a loaded library newer than this one too (a downgrade: until a
+        /// newer one is loaded again, the locks and queues it wrote are refused).
+        #[arg(long, conflicts_with = "print")]
+        force: bool,
     },
 }
 

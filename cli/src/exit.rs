@@ -72,9 +72,10 @@ pub fn failure(error: &Error, key: &str) -> i32 {
             },
         ),
         Error::WaitUnanswered { .. } => (NO_SERVER, describe(error)),
-        Error::ModuleNotLoaded(_) | Error::NoBackend(_) | Error::LibraryTooOld { .. } => {
-            (NO_MODULE, describe(error))
-        }
+        Error::ModuleNotLoaded(_)
+        | Error::NoBackend(_)
+        | Error::LibraryTooOld { .. }
+        | Error::LibraryTooNew { .. } => (NO_MODULE, describe(error)),
         Error::WrongType(_) => (
             WRONG_TYPE,
             format!("{key:?} holds a value that is not a lock"),

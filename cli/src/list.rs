@@ -5,10 +5,13 @@
 //! module's `redislock`, or `hash` for the function library's locks) and a bounded
 //! `COUNT` does a bounded amount of work per call, and the `LOCK.INFO`s of the
 //! keys a step found go in one pipeline. A key whose lock lapsed between the two,
-//! and a hash that is not a lock (the library's queue hashes, anyone's data), answer
-//! null or an error and are not listed.
+//! and a hash that is not a lock (anyone's data, decided in O(1) whatever its size),
+//! answer null or an error and are not listed; the library's queue hashes are left
+//! out by their names before.
 
-use redis_lock_client::{library_script, Backend, Error, LockClient, LockInfo};
+use redis_lock_client::{
+    is_library_queue_key, library_script, Backend, Error, LockClient, LockInfo,
+};
 use serde::Serialize;
 
 use crate::args::ListArgs;
@@ -84,8 +87,12 @@ async fn scan(
             .arg(args.count)
             .arg("TYPE")
             .arg(lock_type(backend));
-        let (next, keys): (u64, Vec<Vec<u8>>) = redis::from_redis_value(node.query(step).await?)
-            .map_err(|e| Error::UnexpectedReply(format!("SCAN: {e}")))?;
+        let (next, mut keys): (u64, Vec<Vec<u8>>) =
+            redis::from_redis_value(node.query(step).await?)
+                .map_err(|e| Error::UnexpectedReply(format!("SCAN: {e}")))?;
+        if backend != Backend::Module {
+            keys.retain(|key| !is_library_queue_key(key));
+        }
         if !keys.is_empty() {
             let mut infos = redis::pipe();
             for key in &keys {

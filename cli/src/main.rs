@@ -69,7 +69,7 @@ fn main() {
 /// Opens the connector the options name and runs the subcommand on it.
 async fn dispatch(cli: Cli, events: Events) -> i32 {
     if let Command::Functions {
-        action: Functions::Load { print: true },
+        action: Functions::Load { print: true, .. },
     } = cli.command
     {
         return if events::out(LIBRARY_SOURCE.trim_end()) {
@@ -118,6 +118,8 @@ async fn on<K: Nodes>(locks: LockClient<K>, command: Command, events: Events) ->
         Command::List(args) => list::list(locks, args).await,
         Command::Stats(args) => stats::stats(locks, args).await,
         Command::Release { key, owner } => release::release(locks, &key, &owner, &events).await,
-        Command::Functions { .. } => functions::load_library(locks, &events).await,
+        Command::Functions {
+            action: Functions::Load { force, .. },
+        } => functions::load_library(locks, force, &events).await,
     }
 }

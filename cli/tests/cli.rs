@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::proxy::Proxy;
 use common::{Config, Server};
+use redis_lock_client::LIBRARY_VERSION;
 
 /// The binary, with `--url` pointing at `url` and no REDIS_URL from outside.
 fn redis_lock(url: &str) -> Command {
@@ -637,7 +638,7 @@ fn functions_load_installs_the_library_that_print_shows() {
     assert!(loaded.status.success(), "{}", stderr(&loaded));
     assert_eq!(
         String::from_utf8_lossy(&loaded.stdout).trim(),
-        "loaded the redislock library, version 1"
+        format!("loaded the redislock library, version {LIBRARY_VERSION}")
     );
     let dir = tempfile::tempdir().unwrap();
     let info = dir.path().join("info");
@@ -659,6 +660,114 @@ fn functions_load_installs_the_library_that_print_shows() {
         .output()
         .unwrap();
     assert!(again.status.success(), "{}", stderr(&again));
+}
+
+/// The library as version `version` says it is (the repository's source, its
+/// `local VERSION` changed).
+fn library_claiming(version: i64) -> String {
+    let current = format!("local VERSION = {LIBRARY_VERSION}\n");
+    let source = common::library_source();
+    assert!(source.contains(&current));
+    source.replace(&current, &format!("local VERSION = {version}\n"))
+}
+
+/// The previous library, version 1 (tests/fixtures/redislock-v1.lua).
+fn library_v1() -> String {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/redislock-v1.lua"
+    );
+    std::fs::read_to_string(path).expect("tests/fixtures/redislock-v1.lua")
+}
+
+fn lock_version(server: &Server) -> i64 {
+    redis::cmd("FCALL_RO")
+        .arg("lock_version")
+        .arg(0)
+        .query(&mut server.connection())
+        .unwrap()
+}
+
+#[test]
+fn functions_load_keeps_a_newer_library_unless_forced() {
+    let plain = Server::with(Config::default().without_module());
+    let newer = LIBRARY_VERSION + 1;
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(library_claiming(newer))
+        .query(&mut plain.connection())
+        .unwrap();
+    let refused = redis_lock(&plain.url())
+        .args(["functions", "load"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(78), "{}", stderr(&refused));
+    let said = stderr(&refused);
+    assert!(said.contains(&format!("version {newer}, newer")), "{said}");
+    assert!(
+        said.contains(&format!("version {LIBRARY_VERSION}")),
+        "{said}"
+    );
+    assert!(said.contains("--force"), "{said}");
+    assert_eq!(lock_version(&plain), newer, "the newer library stays");
+    let forced = redis_lock(&plain.url())
+        .args(["functions", "load", "--force"])
+        .output()
+        .unwrap();
+    assert!(forced.status.success(), "{}", stderr(&forced));
+    assert_eq!(lock_version(&plain), LIBRARY_VERSION);
+    // An older library is replaced without --force: an upgrade.
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(library_v1())
+        .query(&mut plain.connection())
+        .unwrap();
+    let upgraded = redis_lock(&plain.url())
+        .args(["functions", "load"])
+        .output()
+        .unwrap();
+    assert!(upgraded.status.success(), "{}", stderr(&upgraded));
+    assert_eq!(lock_version(&plain), LIBRARY_VERSION);
+}
+
+/// The previous library (version 1) loaded by FUNCTION LOAD REPLACE under a running
+/// `run --limit 3`: it cannot read the holding the current library wrote, and
+/// answers WRONGTYPE, changing nothing. The job's renewals fail, and its loss line
+/// names the library's version and what to do, not a WRONGTYPE.
+#[test]
+fn an_older_library_loaded_under_a_running_job_is_named_in_its_loss() {
+    let plain = Server::with(Config::default().without_module());
+    common::load_library(&mut plain.connection());
+    let holder = run(
+        &plain.url(),
+        &["--ttl", "1s", "--limit", "3"],
+        "job",
+        "while :; do sleep 0.02; done",
+    );
+    common::wait_until(Duration::from_secs(5), || {
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg("job")
+            .query(&mut plain.connection())
+            .unwrap();
+        exists == 1
+    });
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(library_v1())
+        .query(&mut plain.connection())
+        .unwrap();
+    let output = finish(holder);
+    assert_eq!(output.status.code(), Some(76), "{}", stderr(&output));
+    let said = stderr(&output);
+    assert!(
+        said.contains(
+            "redislock library on the server is version 1, older than this client accepts"
+        ),
+        "{said}"
+    );
+    assert!(said.contains("redis-lock functions load"), "{said}");
 }
 
 #[test]

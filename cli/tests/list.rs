@@ -1,10 +1,14 @@
 //! `redis-lock list` and `redis-lock stats` against real servers: every kind of lock
 //! and a waiter, the pattern filter, JSON read field by field, a 3-master Cluster,
-//! a keyspace that takes many SCAN steps, and `stats` on the module and the library.
+//! a keyspace that takes many SCAN steps, a hash of a million fields that is not a
+//! lock, and `stats` on the module and the library.
 
 use redis_lock_testkit as common;
 
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{Cluster, Config, Server};
@@ -231,6 +235,85 @@ fn list_walks_a_large_keyspace_in_bounded_steps() {
     // 20,003 keys at COUNT 500: about 40 steps, none of them long.
     assert!((30..=120).contains(&steps), "{steps} SCAN steps");
     assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
+/// PINGs `url` until told to stop; the longest answer it waited for.
+fn pinger(url: String, stop: Arc<AtomicBool>) -> thread::JoinHandle<Duration> {
+    thread::spawn(move || {
+        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let mut longest = Duration::ZERO;
+        while !stop.load(Ordering::Relaxed) {
+            let sent = Instant::now();
+            let _: String = redis::cmd("PING").query(&mut con).unwrap();
+            longest = longest.max(sent.elapsed());
+            thread::sleep(Duration::from_millis(2));
+        }
+        longest
+    })
+}
+
+/// cli.md: "no call holds the server up, whatever its size", on every backend. A
+/// hash of a million fields that is not a lock is told apart in O(1), by `list`,
+/// `info` and the backend's own info call, while another client's PINGs are
+/// answered as usual (a library that read the hash whole held the server 1.2 s in
+/// one call).
+#[test]
+fn a_hash_of_a_million_fields_holds_no_call_up() {
+    let server = common::lock_server();
+    let mut con = server.connection();
+    for batch in 0..20 {
+        let mut pipe = redis::pipe();
+        for command in 0..50 {
+            let mut hset = redis::cmd("HSET");
+            hset.arg("profiles");
+            for field in 0..1000 {
+                hset.arg(format!("user:{batch}:{command}:{field}"))
+                    .arg(field);
+            }
+            pipe.add_command(hset).ignore();
+        }
+        let _: () = pipe.query(&mut con).unwrap();
+    }
+    let fields: i64 = redis::cmd("HLEN").arg("profiles").query(&mut con).unwrap();
+    assert_eq!(fields, 1_000_000);
+    let a = take(&mut con, "jobs:a", "alpha", &[]);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let pings = pinger(server.url(), stop.clone());
+    thread::sleep(Duration::from_millis(50));
+    let started = Instant::now();
+    let json: Json = serde_json::from_str(&ok(&server.url(), &["list", "--json"])).unwrap();
+    let listed = started.elapsed();
+    let locks = json["locks"].as_array().unwrap();
+    assert_eq!(locks.len(), 1, "{json}");
+    assert_eq!(locks[0]["key"], "jobs:a");
+    assert_eq!(locks[0]["holders"][0]["token"], a);
+    let started = Instant::now();
+    let info = redis_lock(&server.url())
+        .args(["info", "profiles"])
+        .output()
+        .unwrap();
+    let informed = started.elapsed();
+    assert_eq!(info.status.code(), Some(65), "{}", stderr(&info));
+    let started = Instant::now();
+    let reply: redis::RedisResult<redis::Value> =
+        common::lock_cmd("lock_info", "profiles").query(&mut con);
+    let asked = started.elapsed();
+    assert_eq!(
+        reply.as_ref().err().and_then(|e| e.code()),
+        Some("WRONGTYPE"),
+        "{reply:?}"
+    );
+    thread::sleep(Duration::from_millis(50));
+    stop.store(true, Ordering::Relaxed);
+    let longest = pings.join().unwrap();
+    eprintln!(
+        "list {listed:?}, info {informed:?}, lock_info {asked:?}; the longest PING {longest:?}"
+    );
+    assert!(
+        longest < Duration::from_millis(500),
+        "a PING waited {longest:?}"
+    );
 }
 
 #[test]

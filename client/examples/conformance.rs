@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use redis_lock_client::{
     margin, AsyncRenewer, Backend, Connector, Error, Lock, LockClient, LossCause, Mode, Request,
-    Wait, LIBRARY_VERSION, WAIT_MARGIN,
+    Wait, LIBRARY_VERSION, MIN_LIBRARY_VERSION, WAIT_MARGIN,
 };
 use redis_lock_core::protocol;
 use serde_json::{json, Map, Value};
@@ -101,7 +101,7 @@ fn hello() -> Value {
             "release_limit_ms": protocol::RELEASE_LIMIT_MS,
             "control_limit_ms": protocol::CONTROL_LIMIT_MS,
             "library_version": LIBRARY_VERSION,
-            "min_library_version": LIBRARY_VERSION,
+            "min_library_version": MIN_LIBRARY_VERSION,
         },
     }})
 }

@@ -8,7 +8,7 @@
 use std::sync::OnceLock;
 
 use redis::Cmd;
-use redis_lock_core::protocol::LIBRARY_VERSION;
+use redis_lock_core::protocol::{LIBRARY_VERSION, MIN_LIBRARY_VERSION};
 
 use crate::error::{Error, Result};
 
@@ -176,14 +176,15 @@ pub fn function_load() -> Cmd {
     cmd
 }
 
-/// The version a library answered `lock_version` with, checked against this
-/// client's.
+/// The version a library answered `lock_version` with, checked against the
+/// versions this client accepts ([`LIBRARY_VERSIONS`](crate::LIBRARY_VERSIONS)).
 pub(crate) fn check_version(found: i64) -> Result<()> {
-    if found < LIBRARY_VERSION {
-        return Err(Error::LibraryTooOld {
-            found,
-            wanted: LIBRARY_VERSION,
-        });
+    let (min, max) = (MIN_LIBRARY_VERSION, LIBRARY_VERSION);
+    if found < min {
+        return Err(Error::LibraryTooOld { found, min, max });
+    }
+    if found > max {
+        return Err(Error::LibraryTooNew { found, min, max });
     }
     Ok(())
 }
@@ -243,18 +244,33 @@ mod tests {
     }
 
     #[test]
-    fn an_older_library_is_refused_naming_both_versions() {
-        let error = check_version(LIBRARY_VERSION - 1).unwrap_err();
-        let text = error.to_string();
+    fn a_library_out_of_range_is_refused_naming_its_version_the_range_and_what_to_do() {
+        let old = check_version(MIN_LIBRARY_VERSION - 1).unwrap_err();
+        let text = old.to_string();
+        assert!(matches!(old, Error::LibraryTooOld { .. }), "{old:?}");
         assert!(
-            text.contains(&format!("version {}", LIBRARY_VERSION - 1)),
+            text.contains(&format!("version {}, older", MIN_LIBRARY_VERSION - 1)),
             "{text}"
         );
+        assert!(text.contains("redis-lock functions load"), "{text}");
+        let new = check_version(LIBRARY_VERSION + 1).unwrap_err();
+        let text = new.to_string();
+        assert!(matches!(new, Error::LibraryTooNew { .. }), "{new:?}");
         assert!(
-            text.contains(&format!("version {LIBRARY_VERSION}")),
+            text.contains(&format!("version {}, newer", LIBRARY_VERSION + 1)),
             "{text}"
         );
-        assert!(check_version(LIBRARY_VERSION).is_ok());
-        assert!(check_version(LIBRARY_VERSION + 1).is_ok());
+        assert!(text.contains("upgrade this client"), "{text}");
+        for text in [old.to_string(), new.to_string()] {
+            let range = if MIN_LIBRARY_VERSION == LIBRARY_VERSION {
+                format!("(version {LIBRARY_VERSION})")
+            } else {
+                format!("(versions {MIN_LIBRARY_VERSION} to {LIBRARY_VERSION})")
+            };
+            assert!(text.contains(&range), "{text}");
+        }
+        for version in MIN_LIBRARY_VERSION..=LIBRARY_VERSION {
+            assert!(check_version(version).is_ok());
+        }
     }
 }

@@ -36,16 +36,37 @@ pub enum Error {
          redis-lock module ({0})"
     )]
     NoBackend(String),
-    /// The `redislock` library on the server is older than this client.
+    /// The `redislock` library on the server is older than this client accepts
+    /// ([`LIBRARY_VERSIONS`](crate::LIBRARY_VERSIONS)): it may misread what this
+    /// client's library writes.
     #[error(
         "the redislock library on the server is version {found}, older than this \
-         client's version {wanted}: upgrade it with `redis-lock functions load --url URL`"
+         client accepts ({}): upgrade it with `redis-lock functions load --url URL`",
+        accepted(*min, *max)
     )]
     LibraryTooOld {
         /// The version the server's library answered.
         found: i64,
-        /// The version this client was written for.
-        wanted: i64,
+        /// The oldest version this client accepts.
+        min: i64,
+        /// The newest version this client accepts (the one it carries).
+        max: i64,
+    },
+    /// The `redislock` library on the server is newer than this client accepts: its
+    /// stored format or its replies may be what this client does not know.
+    #[error(
+        "the redislock library on the server is version {found}, newer than this \
+         client accepts ({}): upgrade this client to one made for library version \
+         {found}",
+        accepted(*min, *max)
+    )]
+    LibraryTooNew {
+        /// The version the server's library answered.
+        found: i64,
+        /// The oldest version this client accepts.
+        min: i64,
+        /// The newest version this client accepts (the one it carries).
+        max: i64,
     },
     /// The key holds a value that is not a lock (a string, a list…).
     #[error("the key holds a value that is not a lock ({})", server_text(.0))]
@@ -126,6 +147,15 @@ pub enum Error {
     /// The server answered with something the lock commands never send.
     #[error("unexpected reply from the server: {0}")]
     UnexpectedReply(String),
+}
+
+/// A range of library versions in words: "version 2", "versions 2 to 3".
+fn accepted(min: i64, max: i64) -> String {
+    if min == max {
+        format!("version {min}")
+    } else {
+        format!("versions {min} to {max}")
+    }
 }
 
 fn causes(errors: &[(String, Error)]) -> String {

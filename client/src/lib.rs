@@ -70,7 +70,9 @@ pub use connector::{Connector, LockClient, WAIT_MARGIN};
 pub use error::{Error, Result};
 pub use lease::{margin, LockLost, LossCause};
 pub use lock::{Holder, Lock, LockInfo, Mode, Owner, Waiter};
-pub use redis_lock_core::protocol::LIBRARY_VERSION;
+pub use redis_lock_core::protocol::{
+    is_library_queue_key, LIBRARY_VERSION, LIBRARY_VERSIONS, MIN_LIBRARY_VERSION,
+};
 pub use redlock::{MultiLock, Redlock};
 pub use renew::{AsyncRenewer, Renewer, STOP_LIMIT};
 pub use request::{fresh_owner, Durable, Request, Retry, Wait, MAX_MILLIS, MAX_PERMITS};

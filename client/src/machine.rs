@@ -120,6 +120,11 @@ pub(crate) fn read_flag(value: Value) -> Result<bool> {
 /// library and the holding learns at once that the holding is gone (0), instead of
 /// retrying the missing function until its lease runs out while a rival, which
 /// found no library and took the scripts path, already holds the lock.
+///
+/// And with the library found changed: an `FCALL` answered `WRONGTYPE` asks
+/// `lock_version` once; a library this client does not accept (an older one loaded
+/// over the one it detected, which cannot read what that one wrote) turns the
+/// operation's `WRONGTYPE` into the clear "library too old/new" error.
 pub(crate) struct Scripted<M> {
     inner: M,
     /// The last call sent, and its bound, to send again after a load.
@@ -131,6 +136,20 @@ pub(crate) struct Scripted<M> {
     /// Whether a missing function is carried by the scripts path (not while
     /// probing for the library, whose absence is the answer).
     carry_missing: bool,
+    /// Where the check of the library's version after a `WRONGTYPE` is.
+    version: VersionCheck,
+}
+
+/// The `lock_version` asked after an `FCALL` got `WRONGTYPE`.
+enum VersionCheck {
+    /// Not asked (yet).
+    Idle,
+    /// Asked; the reply it was asked for waits for the answer.
+    Asking(RedisResult<Value>),
+    /// Answered: the version, when this client does not accept it.
+    Refused(i64),
+    /// Answered with a version this client accepts, or not answered.
+    Accepted,
 }
 
 impl<M: Machine> Scripted<M> {
@@ -141,6 +160,7 @@ impl<M: Machine> Scripted<M> {
             loading: false,
             resent: false,
             carry_missing: true,
+            version: VersionCheck::Idle,
         }
     }
 
@@ -163,6 +183,24 @@ fn is_noscript(reply: &RedisResult<Value>) -> bool {
 fn is_missing_function(reply: &RedisResult<Value>) -> bool {
     matches!(reply, Err(error) if error.code() == Some("ERR")
         && error.detail().is_some_and(|detail| detail.starts_with("Function not found")))
+}
+
+/// Whether `call` is an `FCALL` of a library function other than `lock_version`.
+fn is_fcall(call: &Call) -> bool {
+    let Call::One(cmd) = call else {
+        return false;
+    };
+    let mut words = cmd.args_iter().map(|arg| match arg {
+        redis::Arg::Simple(bytes) => bytes,
+        _ => b"",
+    });
+    let name = words.next().unwrap_or_default();
+    (name.eq_ignore_ascii_case(b"FCALL") || name.eq_ignore_ascii_case(b"FCALL_RO"))
+        && words.next() != Some(b"lock_version")
+}
+
+fn is_wrongtype(reply: &RedisResult<Value>) -> bool {
+    matches!(reply, Err(error) if error.code() == Some("WRONGTYPE"))
 }
 
 /// `FCALL[_RO] function n keys… args…` as the scripts path says it, `EVALSHA sha n
@@ -218,6 +256,29 @@ impl<M: Machine> Machine for Scripted<M> {
                 self.loading = true;
                 return Step::Send(script_load().into(), bound);
             }
+            Input::Reply(answer) if matches!(self.version, VersionCheck::Asking(_)) => {
+                let asked = std::mem::replace(&mut self.version, VersionCheck::Accepted);
+                let found = answer
+                    .ok()
+                    .and_then(|value| redis::from_redis_value::<i64>(value).ok());
+                if let Some(found) = found.filter(|&found| check_version(found).is_err()) {
+                    self.version = VersionCheck::Refused(found);
+                }
+                match asked {
+                    VersionCheck::Asking(reply) => Input::Reply(reply),
+                    _ => Input::Reply(Ok(Value::Nil)),
+                }
+            }
+            Input::Reply(reply)
+                if matches!(self.version, VersionCheck::Idle)
+                    && is_wrongtype(&reply)
+                    && self.last.as_ref().is_some_and(|(call, _)| is_fcall(call)) =>
+            {
+                let bound = self.last.as_ref().and_then(|(_, bound)| *bound);
+                self.version = VersionCheck::Asking(reply);
+                let version = Backend::Functions.call("lock_version", None, &[]);
+                return Step::Send(version.into(), bound);
+            }
             Input::Reply(reply) if self.carry_missing && is_missing_function(&reply) => {
                 match self
                     .last
@@ -239,6 +300,13 @@ impl<M: Machine> Machine for Scripted<M> {
         if let Step::Send(call, bound) = &step {
             self.last = Some((call.clone(), *bound));
             self.resent = false;
+        }
+        if let (Step::Done(Err(Error::WrongType(_))), VersionCheck::Refused(found)) =
+            (&step, &self.version)
+        {
+            if let Err(error) = check_version(*found) {
+                return Step::Done(Err(error));
+            }
         }
         step
     }
@@ -962,6 +1030,40 @@ mod tests {
     }
 
     #[test]
+    fn a_wrongtype_from_a_library_this_client_does_not_accept_says_so() {
+        let extend =
+            Backend::Functions.call("lock_extend", Some("k"), &[b"me".to_vec(), b"900".to_vec()]);
+        let wrongtype = || {
+            Err(server_error(
+                "WRONGTYPE Operation against a key holding the wrong kind of value",
+            ))
+        };
+        // An older library loaded over the one detected: it cannot read the lock.
+        let replies = vec![wrongtype(), Ok(Value::Int(1))];
+        let machine = Scripted::new(Single::new(extend.clone(), read_flag));
+        let (sent, result) = converse(machine, replies);
+        assert_eq!(sent[1].0, ["FCALL_RO", "lock_version", "0"]);
+        assert!(
+            matches!(result, Err(Error::LibraryTooOld { found: 1, .. })),
+            "{result:?}"
+        );
+        // The library is one this client accepts: the key is someone else's.
+        let replies = vec![wrongtype(), Ok(Value::Int(protocol::LIBRARY_VERSION))];
+        let machine = Scripted::new(Single::new(extend.clone(), read_flag));
+        let (sent, result) = converse(machine, replies);
+        assert_eq!(sent.len(), 2);
+        assert!(matches!(result, Err(Error::WrongType(_))), "{result:?}");
+        // The scripts path carries this client's own library: nothing to ask.
+        let script = Backend::Scripts.call("lock_extend", Some("k"), &[b"me".to_vec()]);
+        let (sent, result) = converse(
+            Scripted::new(Single::new(script, read_flag)),
+            vec![wrongtype()],
+        );
+        assert_eq!(sent.len(), 1);
+        assert!(matches!(result, Err(Error::WrongType(_))), "{result:?}");
+    }
+
+    #[test]
     fn a_call_that_finds_the_library_gone_is_made_through_the_scripts_path() {
         let extend =
             Backend::Functions.call("lock_extend", Some("k"), &[b"me".to_vec(), b"900".to_vec()]);
@@ -1051,7 +1153,8 @@ mod tests {
         assert_eq!(sent.len(), 1);
         assert_eq!(found.unwrap(), Backend::Module);
         let none = Ok(Value::Array(vec![Value::Nil]));
-        let (sent, found) = converse(Detect::new(None), vec![none.clone(), Ok(Value::Int(1))]);
+        let current = Ok(Value::Int(protocol::LIBRARY_VERSION));
+        let (sent, found) = converse(Detect::new(None), vec![none.clone(), current.clone()]);
         assert_eq!(sent[1].0, ["FCALL_RO", "lock_version", "0"]);
         assert_eq!(found.unwrap(), Backend::Functions);
         let replies = vec![
@@ -1059,7 +1162,7 @@ mod tests {
             Err(server_error("ERR Function not found")),
             Err(server_error("NOSCRIPT No matching script.")),
             Ok(Value::SimpleString("sha".into())),
-            Ok(Value::Int(1)),
+            current,
         ];
         let (sent, found) = converse(Detect::new(None), replies);
         assert_eq!(
@@ -1075,6 +1178,12 @@ mod tests {
         assert!(
             matches!(old, Err(Error::LibraryTooOld { found: 0, .. })),
             "{old:?}"
+        );
+        let newer = Ok(Value::Int(protocol::LIBRARY_VERSION + 1));
+        let new = converse(Detect::new(Some(Backend::Functions)), vec![newer]).1;
+        assert!(
+            matches!(new, Err(Error::LibraryTooNew { found, .. }) if found == protocol::LIBRARY_VERSION + 1),
+            "{new:?}"
         );
         let replies = vec![
             none,

@@ -16,7 +16,10 @@ use std::time::{Duration, Instant};
 use common::{lock_stat, Config, Server};
 use on_backend::{AsyncLockCommands, LockCommands};
 use redis::AsyncConnectionConfig;
-use redis_lock_client::{Backend, Error, LockClient, LossCause, Renewer, Request, Wait};
+use redis_lock_client::{
+    Backend, Error, LockClient, LossCause, Renewer, Request, Wait, LIBRARY_VERSION,
+    MIN_LIBRARY_VERSION,
+};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -585,12 +588,14 @@ async fn the_scripts_backend_loads_the_library_again_after_a_script_flush() {
     assert!(locks.release(&lock).await.unwrap());
 }
 
-/// A library older than the client is refused before any lock call, naming both
-/// versions; a server with nothing at all says what to do.
+/// A library older or newer than the client accepts is refused before any lock
+/// call, naming its version and the range; a server with nothing says what to do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_older_library_or_none_is_a_clear_error() {
+async fn a_library_older_or_newer_than_the_client_or_none_is_a_clear_error() {
     let server = Server::with(Config::default().without_module());
-    let old = common::library_source().replace("local VERSION = 1", "local VERSION = 0");
+    let current = format!("local VERSION = {LIBRARY_VERSION}\n");
+    let old = common::library_source().replace(&current, "local VERSION = 1\n");
+    assert_ne!(old, common::library_source());
     let _: String = redis::cmd("FUNCTION")
         .arg("LOAD")
         .arg(old)
@@ -599,17 +604,38 @@ async fn an_older_library_or_none_is_a_clear_error() {
     let locks = LockClient::new(server.client());
     let error = locks.acquire("job", TTL, Wait::No).await.unwrap_err();
     assert!(
-        matches!(
-            error,
-            Error::LibraryTooOld {
-                found: 0,
-                wanted: 1
-            }
-        ),
+        matches!(error, Error::LibraryTooOld { found: 1, min, max }
+            if min == MIN_LIBRARY_VERSION && max == LIBRARY_VERSION),
         "{error:?}"
     );
-    assert!(error.to_string().contains("version 0"), "{error}");
-    assert!(error.to_string().contains("version 1"), "{error}");
+    let text = error.to_string();
+    assert!(text.contains("version 1, older"), "{text}");
+    assert!(text.contains("redis-lock functions load"), "{text}");
+    // A newer library than this client knows: upgrade the client.
+    let newer = common::library_source().replace(
+        &current,
+        &format!("local VERSION = {}\n", LIBRARY_VERSION + 1),
+    );
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(newer)
+        .query(&mut server.connection())
+        .unwrap();
+    let error = LockClient::new(server.client())
+        .acquire("job", TTL, Wait::No)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, Error::LibraryTooNew { found, .. } if found == LIBRARY_VERSION + 1),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    assert!(
+        text.contains(&format!("version {}, newer", LIBRARY_VERSION + 1)),
+        "{text}"
+    );
+    assert!(text.contains("upgrade this client"), "{text}");
     assert!(
         locks.load_library().await.unwrap() >= 1,
         "functions load upgrades it"

@@ -23,13 +23,24 @@ pub const DEFAULT_MAX_OWNER_LEN: usize = 256;
 /// The name `FUNCTION LOAD` registers the library under.
 pub const LIBRARY_NAME: &str = "redislock";
 
-/// The library version (`lock_version`) this protocol was written for: a client
-/// refuses an older library.
-pub const LIBRARY_VERSION: i64 = 1;
+/// The version of the `redislock` library in this repository (`lua/redislock.lua`'s
+/// `local VERSION`, what its `lock_version` answers). Every change of the library's
+/// stored format or of any reply makes a new version (docs/PROTOCOL.md, "Versions").
+pub const LIBRARY_VERSION: i64 = 2;
+
+/// The oldest library version a client of this protocol accepts. Version 1 changed
+/// its stored format twice under one number, so a client cannot know what it reads.
+pub const MIN_LIBRARY_VERSION: i64 = 2;
+
+/// The library versions a client of this protocol accepts: an older library may
+/// misread what this client's library writes, a newer one may answer what this
+/// client does not know.
+pub const LIBRARY_VERSIONS: std::ops::RangeInclusive<i64> = MIN_LIBRARY_VERSION..=LIBRARY_VERSION;
 
 /// The longest lease of a queue place (`lock_wait … LEASE ms`).
 pub const MAX_PLACE_LEASE_MS: u64 = 60_000;
 
+<<<<<<< HEAD
 // The constants of the client's promise (SPEC.md, "Clients: what a holder can
 // trust"). Every client of the project uses these values: the Rust client from here,
 // the others from `conformance/protocol.json`, which `tests::protocol_json` writes
@@ -102,7 +113,7 @@ pub fn protocol_json() -> String {
         ("release_limit_ms", RELEASE_LIMIT_MS.to_string()),
         ("control_limit_ms", CONTROL_LIMIT_MS.to_string()),
         ("library_version", LIBRARY_VERSION.to_string()),
-        ("min_library_version", LIBRARY_VERSION.to_string()),
+        ("min_library_version", MIN_LIBRARY_VERSION.to_string()),
     ];
     let body: Vec<String> = fields
         .iter()
@@ -112,6 +123,19 @@ pub fn protocol_json() -> String {
         "{{\n  \"comment\": \"written by core/src/protocol.rs (cargo test -p redis-lock-core): do not edit\",\n{}\n}}\n",
         body.join(",\n")
     )
+=======
+/// The suffix of the library's queue hash, the one side key of a lock that is a
+/// hash (docs/PROTOCOL.md, "Keys").
+pub const LIBRARY_QUEUE_SUFFIX: &[u8] = b":lockq";
+
+/// Whether `key` is named as the library's queue hash of some lock `K`, and so is
+/// not a lock itself: `K{K}:lockq` for a `K` without braces, `K:lockq` for a `K`
+/// with them. Either has a brace before the suffix, which no name of the first
+/// form lacks; a key without braces ending in `:lockq` may be a lock.
+pub fn is_library_queue_key(key: &[u8]) -> bool {
+    key.strip_suffix(LIBRARY_QUEUE_SUFFIX)
+        .is_some_and(|rest| rest.iter().any(|&b| b == b'{' || b == b'}'))
+>>>>>>> main
 }
 
 /// An argument the server would refuse, found before anything is sent.
@@ -237,6 +261,35 @@ pub fn owner_args(owner: &[u8]) -> Result<Vec<Vec<u8>>, ProtocolError> {
 mod tests {
     use super::*;
     use crate::args::{parse_acquire, parse_extend, Limits, Wait};
+
+    #[test]
+    fn the_library_queue_keys_are_told_by_name() {
+        for queue in [
+            &b"jobs:1{jobs:1}:lockq"[..],
+            b"{jobs}:2:lockq",
+            b"a{b}c:lockq",
+            b"a}b:lockq",
+        ] {
+            assert!(is_library_queue_key(queue), "{queue:?}");
+        }
+        for lock in [&b"jobs:1"[..], b"jobs:lockq", b"{jobs}:1", b"lockq", b""] {
+            assert!(!is_library_queue_key(lock), "{lock:?}");
+        }
+    }
+
+    /// `lua/redislock.lua`'s `local VERSION = n` is [`LIBRARY_VERSION`]: a library
+    /// changed without its constant here (or the reverse) fails.
+    #[test]
+    fn the_library_in_the_repository_is_library_version() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../lua/redislock.lua");
+        let source = std::fs::read_to_string(path).expect("lua/redislock.lua");
+        let versions: Vec<&str> = source
+            .lines()
+            .filter_map(|line| line.strip_prefix("local VERSION = "))
+            .collect();
+        assert_eq!(versions, [LIBRARY_VERSION.to_string()], "{path}");
+        assert!(LIBRARY_VERSIONS.contains(&LIBRARY_VERSION));
+    }
 
     const LIMITS: Limits = Limits {
         max_ttl: 0,

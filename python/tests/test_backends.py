@@ -1,8 +1,10 @@
 """Which backend the client picks (module, function library, library as a script),
-forcing one, and what it says when a server has none or an older library."""
+forcing one, and what it says when a server has none, or a library older or newer
+than it accepts."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ import redis
 
 from redis_lock_client import LibraryVersionError, Lock, NoLockBackendError
 from redis_lock_client._detect import BackendName
+from redis_lock_client._library import LIBRARY_VERSION, MIN_LIBRARY_VERSION
 
 from servers import ROOT, RedisServer, library_source, lock_info
 
@@ -63,16 +66,33 @@ def test_a_server_without_any_backend_says_what_to_do() -> None:
         server.stop()
 
 
-def test_an_older_library_is_refused_naming_both_versions() -> None:
+def test_a_library_older_or_newer_than_the_client_accepts_is_refused() -> None:
     server = RedisServer(kind="scripts")
     try:
-        older = library_source().replace("local VERSION = 1\n", "local VERSION = 0\n", 1)
-        assert older != library_source()
-        server.client().function_load(older, replace=True)
-        with pytest.raises(LibraryVersionError, match="version 0, older than version 1"):
-            Lock(server.client(), "job").acquire()
+        current = f"local VERSION = {LIBRARY_VERSION}\n"
+        for found, said in [
+            (MIN_LIBRARY_VERSION - 1, "older than this client accepts"),
+            (LIBRARY_VERSION + 1, "newer than this client accepts"),
+        ]:
+            other = library_source().replace(current, f"local VERSION = {found}\n", 1)
+            assert other != library_source()
+            server.client().function_load(other, replace=True)
+            with pytest.raises(LibraryVersionError, match=f"version {found}, {said}"):
+                Lock(server.client(), "job").acquire()
     finally:
         server.stop()
+
+
+def test_the_library_versions_are_cores() -> None:
+    # core/src/protocol.rs is where the versions live; this client repeats them.
+    protocol = (ROOT / "core" / "src" / "protocol.rs").read_text("utf-8")
+    for name, value in [
+        ("LIBRARY_VERSION", LIBRARY_VERSION),
+        ("MIN_LIBRARY_VERSION", MIN_LIBRARY_VERSION),
+    ]:
+        found = re.search(rf"^pub const {name}: i64 = (\d+);$", protocol, re.MULTILINE)
+        assert found is not None, name
+        assert int(found.group(1)) == value, name
 
 
 def test_a_flushed_script_is_loaded_again() -> None:

@@ -249,3 +249,24 @@ pub fn library_server(
     redis_lock_testkit::load_library(&mut con);
     (server, con)
 }
+
+/// The previous library, version 1 as it was last released
+/// (tests/fixtures/redislock-v1.lua).
+pub fn library_v1() -> String {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/redislock-v1.lua"
+    );
+    std::fs::read_to_string(path).expect("tests/fixtures/redislock-v1.lua")
+}
+
+/// `FUNCTION LOAD REPLACE` of `source`.
+pub fn load_source(con: &mut Connection, source: &str) {
+    let name: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(source)
+        .query(con)
+        .expect("FUNCTION LOAD");
+    assert_eq!(name, "redislock");
+}

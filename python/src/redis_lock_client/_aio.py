@@ -148,7 +148,7 @@ class _AsyncHolder:
                 raise missing from refusal
             # Refused mid-wait (OOM when collecting a grant the library pushed):
             # the grant or the queue place must not outlive the refusal.
-            await self._withdraw(backend, owner)
+            await self._withdraw(backend, owner, withdraw_limit(refusal))
             raise
         except BaseException as cut_short:
             # Cancelled or cut short before the caller learnt of a grant: drop the

@@ -41,15 +41,27 @@ class NoLockBackendError(LockError):
 
 
 class LibraryVersionError(LockError):
-    """The server's ``redislock`` library is older than this client needs."""
+    """The server's ``redislock`` library is a version this client does not accept:
+    older than ``minimum`` (it may misread what this client's library writes) or
+    newer than ``maximum`` (its format or replies may be unknown to this client)."""
 
-    def __init__(self, found: int, needed: int) -> None:
-        super().__init__(
-            f"the server's redislock library is version {found}, older than version "
-            f"{needed} this client was written for: load the lua/redislock.lua of this "
-            "release (`redis-cli -x FUNCTION LOAD REPLACE < lua/redislock.lua`)"
+    def __init__(self, found: int, minimum: int, maximum: int) -> None:
+        accepted = (
+            f"version {minimum}" if minimum == maximum else f"versions {minimum} to {maximum}"
         )
-        self.found, self.needed = found, needed
+        if found < minimum:
+            advice = (
+                f"older than this client accepts ({accepted}): upgrade it with "
+                "`redis-lock functions load` (or `redis-cli -x FUNCTION LOAD REPLACE < "
+                "lua/redislock.lua` of this release)"
+            )
+        else:
+            advice = (
+                f"newer than this client accepts ({accepted}): upgrade this client to "
+                f"one made for library version {found}"
+            )
+        super().__init__(f"the server's redislock library is version {found}, {advice}")
+        self.found, self.minimum, self.maximum = found, minimum, maximum
 
 
 def backend_missing(error: Exception) -> NoLockBackendError | None:

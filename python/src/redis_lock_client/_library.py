@@ -21,7 +21,11 @@ import redis.exceptions
 
 from ._backend import Arg, Mode, Step, parse_info
 from ._errors import LibraryVersionError
-from ._protocol import LIBRARY_VERSION, MIN_LIBRARY_VERSION, WAIT_MARGIN
+
+# Re-exported: the versions are read from here too.
+from ._protocol import LIBRARY_VERSION as LIBRARY_VERSION
+from ._protocol import MIN_LIBRARY_VERSION as MIN_LIBRARY_VERSION
+from ._protocol import WAIT_MARGIN
 
 
 def library_source() -> str:
@@ -39,9 +43,10 @@ def library_script() -> str:
 
 
 def check_version(reply: Any) -> None:
+    """Refuses a library outside ``MIN_LIBRARY_VERSION`` to ``LIBRARY_VERSION``."""
     found = int(reply)
-    if found < MIN_LIBRARY_VERSION:
-        raise LibraryVersionError(found, LIBRARY_VERSION)
+    if not MIN_LIBRARY_VERSION <= found <= LIBRARY_VERSION:
+        raise LibraryVersionError(found, MIN_LIBRARY_VERSION, LIBRARY_VERSION)
 
 
 def _bound(deadline: float | None) -> float | None:

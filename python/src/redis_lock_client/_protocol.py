@@ -32,8 +32,9 @@ RELEASE_LIMIT = 1.0
 #: How long a connect, the backend probe, or an acquire that does not wait may take.
 CONTROL_LIMIT = 2.0
 
-#: The library version (``lock_version``) this client was written for.
-LIBRARY_VERSION = 1
+#: The version of the library this client carries (``lock_version``), the newest it
+#: accepts.
+LIBRARY_VERSION = 2
 
 #: The oldest library version this client accepts.
-MIN_LIBRARY_VERSION = 1
+MIN_LIBRARY_VERSION = 2

@@ -142,7 +142,7 @@ class _Holder:
                 raise missing from refusal
             # Refused mid-wait (OOM when collecting a grant the library pushed):
             # the grant or the queue place must not outlive the refusal.
-            self._withdraw(backend, owner)
+            self._withdraw(backend, owner, withdraw_limit(refusal))
             raise
         except BaseException as cut_short:
             # Cut short (an interrupt, a timeout, a dead connection) before the

@@ -11,12 +11,13 @@
 --     first argument after the keys, the rest is what FCALL would take.
 --
 -- Keys (docs/PROTOCOL.md gives the whole design):
---   * the lock key K: a hash, one field `mode` and one field `h:<owner>` per holding
+--   * the lock key K: a hash, the fields `redislock` (its format: FORMAT) and
+--     `mode`, and one field `h:<owner>` per holding
 --     ("<token> <expires-at-unix-ms>", then " <limit>" for a holding granted with
 --     LIMIT); its Redis expiry is that of the holding that
 --     ends last, so DEL K force-releases and Redis removes K when all lapsed;
---   * the queue key `side(K, ':lockq')`: a hash of the token mark (`mark`), the
---     arrival counter (`seq`), the queue places (`w:<owner>`) and the grants not yet
+--   * the queue key `side(K, ':lockq')`: a hash of the format (`redislock`), the
+--     token mark (`mark`), the arrival counter (`seq`), the queue places (`w:<owner>`) and the grants not yet
 --     collected (`g:<owner>`); it expires MARK_KEEP_MS after the lock's last use;
 --   * one grant list per waiter, `side(K, ':lockg:' .. owner)`, that the waiter
 --     BLPOPs; it expires with the waiter's place.
@@ -27,7 +28,16 @@
 -- and the AOF get the absolute expiry times written here, never a clock reading).
 
 -- The version of this library and of its waiting protocol (`lock_version`).
-local VERSION = 1
+-- Every change of the stored format or of any reply makes a new version
+-- (docs/PROTOCOL.md, "Versions").
+local VERSION = 2
+-- The version of the stored format, written in the field `redislock` of the lock
+-- hash and of the queue hash: the library version that introduced it. Data
+-- without the field is version-1 data, which this format extends (it only adds
+-- the field). A hash of a newer format is refused, naming both versions, before
+-- anything is written: this library cannot know what a newer one stores.
+local FORMAT = 2
+local FORMAT_FIELD = 'redislock'
 
 -- contract.md "Commands": TTLs and timeouts up to 2^62 ms (i64::MAX / 2, as the module).
 local MAX_DURATION = '4611686018427387903'
@@ -63,6 +73,24 @@ end
 
 local function arity(name)
     fail("ERR wrong number of arguments for '" .. name .. "' command")
+end
+
+-- The `redislock` field of a lock hash (`what` = 'lock') or a queue hash ('lock
+-- queue'), as read: nil (version-1 data) or a format this library reads passes;
+-- a newer format is refused; anything else is not ours.
+local function check_format(value, what)
+    if value == nil or value == false then
+        return
+    end
+    local found = string.find(value, '^[1-9]%d?%d?$') and tonumber(value)
+    if not found then
+        fail(WRONGTYPE)
+    end
+    if found > FORMAT then
+        fail('ERR ' .. what .. ' written by redislock library version ' .. found
+            .. '; this server runs version ' .. VERSION .. ': load version ' .. found
+            .. ' or newer (redis-lock functions load)')
+    end
 end
 
 -- An integer as Redis reads it (no exponent, no fraction).
@@ -231,16 +259,30 @@ end
 -- token, expires, persistent}, ... } oldest first (by token: tokens grow in grant
 -- order) }.
 local function load_lock(key, now)
-    local raw = redis.pcall('HGETALL', key)
-    if raw.err then
+    -- Whether `key` is a lock, decided in O(1) before reading it all: its format
+    -- (a newer library's hash may hold anything), then its mode, which every lock
+    -- hash has. A hash without one is not a lock, however large (someone's data,
+    -- or the library's own queue hash): reading it whole would hold the server up.
+    local head = redis.pcall('HMGET', key, FORMAT_FIELD, 'mode')
+    if head.err then
         -- WRONGTYPE, or on a Cluster a key of another slot (a key with braces but no
         -- hash tag): the server's own error, before anything was written.
-        fail(raw.err)
+        fail(head.err)
     end
+    check_format(head[1], 'lock')
+    if head[2] ~= 'exclusive' and head[2] ~= 'shared' then
+        if head[2] or redis.call('EXISTS', key) == 1 then
+            fail(WRONGTYPE)
+        end
+        return { holders = {} }
+    end
+    local raw = redis.call('HGETALL', key)
     local lock = { holders = {} }
     for i = 1, #raw, 2 do
         local field, value = raw[i], raw[i + 1]
-        if field == 'mode' and (value == 'exclusive' or value == 'shared') then
+        if field == FORMAT_FIELD then
+            -- Checked above.
+        elseif field == 'mode' and (value == 'exclusive' or value == 'shared') then
             lock.mode = value
         elseif string.sub(field, 1, 2) == 'h:' and #field > 2 then
             -- "<token> <expires-at>", then " <limit>" for a holding granted with one.
@@ -290,6 +332,11 @@ local function load_queue(qkey)
         -- WRONGTYPE, or on a Cluster a key of another slot (a key with braces but no
         -- hash tag): the server's own error, before anything was written.
         fail(raw.err)
+    end
+    for i = 1, #raw, 2 do
+        if raw[i] == FORMAT_FIELD then
+            check_format(raw[i + 1], 'lock queue')
+        end
     end
     local queue = { mark = 0, seq = 0, places = {}, grants = {} }
     for i = 1, #raw, 2 do
@@ -382,7 +429,8 @@ local function write_holding(state, h)
     if h.limit then
         value = value .. ' ' .. int(h.limit)
     end
-    redis.call('HSET', state.key, 'mode', state.lock.mode, 'h:' .. h.owner, value)
+    redis.call('HSET', state.key, FORMAT_FIELD, FORMAT, 'mode', state.lock.mode,
+        'h:' .. h.owner, value)
 end
 
 -- Removes lapsed holdings (an exclusive one lapses with its key, but Redis judges
@@ -455,7 +503,7 @@ end
 -- MARK_KEEP_MS after the later of now and the lock's end.
 local function store_queue(state, changes)
     local q = state.queue
-    local fields = { 'mark', int(q.mark), 'seq', int(q.seq) }
+    local fields = { FORMAT_FIELD, FORMAT, 'mark', int(q.mark), 'seq', int(q.seq) }
     for _, f in ipairs(changes or {}) do
         table.insert(fields, f)
     end
@@ -644,10 +692,11 @@ local function lock_acquire(keys, args)
     -- another owner lives while its key does (load_lock), so one read answers,
     -- without the clock or the queue (which could not change the answer). A hash
     -- that is not a lock has no mode and takes the full path to its WRONGTYPE.
-    local quick = redis.pcall('HMGET', keys[1], 'mode', 'h:' .. request.owner)
+    local quick = redis.pcall('HMGET', keys[1], 'mode', 'h:' .. request.owner, FORMAT_FIELD)
     if quick.err then
         fail(quick.err)
     end
+    check_format(quick[3], 'lock')
     if not quick[2] then
         check_owner_len(request.owner)
         if quick[1] == 'exclusive' then

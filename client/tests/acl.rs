@@ -1,0 +1,174 @@
+//! The ACL each backend needs (docs/PROTOCOL.md, "ACL"), exactly: the client runs
+//! as a user with the rules that page lists (an acquire that waits in the queue, an
+//! extend, a release that hands the lock on, `lock_info`, a semaphore), and fails
+//! without any one of the commands listed.
+
+use redis_lock_testkit as common;
+
+use std::time::Duration;
+
+use common::{Config, Server};
+use redis_lock_client::{Backend, LockClient, Request, Wait};
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// The `ACL SETUSER` line PROTOCOL.md gives for `backend`, as words.
+fn documented_rules(backend: &str) -> Vec<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/PROTOCOL.md");
+    let page = std::fs::read_to_string(path).expect("docs/PROTOCOL.md");
+    let mut lines = page.lines();
+    lines
+        .find(|line| *line == format!("# {backend}"))
+        .unwrap_or_else(|| panic!("PROTOCOL.md has no `# {backend}` block"));
+    let rules = lines.next().expect("the ACL line");
+    let words: Vec<String> = rules.split_whitespace().map(String::from).collect();
+    assert_eq!(words[..3], ["ACL", "SETUSER", "worker"], "{rules}");
+    words
+}
+
+/// The commands a rule line allows (`+name`), in order.
+fn allowed(rules: &[String]) -> Vec<String> {
+    rules
+        .iter()
+        .filter(|w| w.starts_with('+'))
+        .cloned()
+        .collect()
+}
+
+/// What a user does with locks: a holder, a waiter queued behind it and handed the
+/// lock by its release, an extend, `lock_info`, and a semaphore of two permits with
+/// a third asker turned away. The first error, as text.
+async fn workload(url: &str, expected: Backend) -> Result<(), String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let locks = LockClient::new(client);
+    let said = |e: redis_lock_client::Error| e.to_string();
+    let a = locks
+        .acquire("jobs:1", TTL, Wait::No)
+        .await
+        .map_err(said)?
+        .ok_or("jobs:1 busy")?;
+    if a.backend() != expected {
+        return Err(format!("on {} instead of {expected}", a.backend()));
+    }
+    let waiting = locks.clone();
+    let waiter = tokio::spawn(async move {
+        waiting
+            .acquire("jobs:1", TTL, Wait::For(Duration::from_secs(5)))
+            .await
+    });
+    let outcome = async {
+        loop {
+            let info = locks.lock_info("jobs:1").await.map_err(said)?;
+            if info.is_some_and(|i| i.waiters == 1) {
+                break;
+            }
+            if waiter.is_finished() {
+                return Err("the waiter gave up".to_string());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if !locks.extend(&a, TTL).await.map_err(said)? {
+            return Err("extend answered 0".into());
+        }
+        if !locks.release(&a).await.map_err(said)? {
+            return Err("release answered 0".into());
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(error) = outcome {
+        if !waiter.is_finished() {
+            waiter.abort();
+            return Err(error);
+        }
+    }
+    let b = waiter
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(said)?
+        .ok_or("the waiter was not handed the lock")?;
+    if b.token() <= a.token() {
+        return Err(format!("token {} after {}", b.token(), a.token()));
+    }
+    locks.release(&b).await.map_err(said)?;
+    let permit = || Request::new("jobs:sem", TTL).limit(2);
+    let first = locks.acquire_with(permit()).await.map_err(said)?;
+    let second = locks.acquire_with(permit()).await.map_err(said)?;
+    let (Some(first), Some(second)) = (first, second) else {
+        return Err("a permit was refused".into());
+    };
+    if locks.acquire_with(permit()).await.map_err(said)?.is_some() {
+        return Err("a third permit".into());
+    }
+    for permit in [first, second] {
+        if !locks.release(&permit).await.map_err(said)? {
+            return Err("a permit's release answered 0".into());
+        }
+    }
+    Ok(())
+}
+
+/// Sets the user `worker` on `server` to `rules` (a fresh user), with a clean
+/// dataset and script cache.
+fn set_user(server: &Server, rules: &[String]) {
+    let mut admin = server.connection();
+    let _: () = redis::cmd("FLUSHALL").query(&mut admin).unwrap();
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut admin).unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("worker")
+        .arg("reset")
+        .query(&mut admin)
+        .unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg(&rules[1..])
+        .query(&mut admin)
+        .unwrap();
+}
+
+/// The documented rules work on `server`, and each command they allow is needed.
+fn exactly_the_documented_acl(server: &Server, name: &str, backend: Backend) {
+    let rules = documented_rules(name);
+    let url = format!("redis://worker:secret@127.0.0.1:{}/", server.port);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    set_user(server, &rules);
+    runtime
+        .block_on(workload(&url, backend))
+        .unwrap_or_else(|e| panic!("{name} with {rules:?}: {e}"));
+    for command in allowed(&rules) {
+        let fewer: Vec<String> = rules.iter().filter(|w| **w != command).cloned().collect();
+        set_user(server, &fewer);
+        let outcome = runtime.block_on(workload(&url, backend));
+        let error = outcome.expect_err(&format!("{name} without {command}: no error"));
+        assert!(
+            error.contains("NOPERM")
+                || error.contains("permission")
+                || error.contains("can't run this command"),
+            "{name} without {command}: {error}"
+        );
+    }
+}
+
+#[test]
+fn the_module_needs_exactly_the_documented_acl() {
+    let server = Server::start();
+    exactly_the_documented_acl(&server, "module", Backend::Module);
+}
+
+#[test]
+fn the_function_library_needs_exactly_the_documented_acl() {
+    let server = Server::with(Config::default().without_module());
+    common::load_library(&mut server.connection());
+    exactly_the_documented_acl(&server, "functions", Backend::Functions);
+}
+
+#[test]
+fn the_scripts_path_needs_exactly_the_documented_acl() {
+    let server = Server::with(Config::default().without_module());
+    exactly_the_documented_acl(&server, "scripts", Backend::Scripts);
+    // And on Redis 6.2, where it is the only way.
+    if let Some(binary) = common::redis62_server() {
+        let old = Server::with(Config::default().without_module().binary(binary));
+        exactly_the_documented_acl(&old, "scripts", Backend::Scripts);
+    }
+}
