@@ -40,7 +40,6 @@ pub const LIBRARY_VERSIONS: std::ops::RangeInclusive<i64> = MIN_LIBRARY_VERSION.
 /// The longest lease of a queue place (`lock_wait … LEASE ms`).
 pub const MAX_PLACE_LEASE_MS: u64 = 60_000;
 
-<<<<<<< HEAD
 // The constants of the client's promise (SPEC.md, "Clients: what a holder can
 // trust"). Every client of the project uses these values: the Rust client from here,
 // the others from `conformance/protocol.json`, which `tests::protocol_json` writes
@@ -123,7 +122,8 @@ pub fn protocol_json() -> String {
         "{{\n  \"comment\": \"written by core/src/protocol.rs (cargo test -p redis-lock-core): do not edit\",\n{}\n}}\n",
         body.join(",\n")
     )
-=======
+}
+
 /// The suffix of the library's queue hash, the one side key of a lock that is a
 /// hash (docs/PROTOCOL.md, "Keys").
 pub const LIBRARY_QUEUE_SUFFIX: &[u8] = b":lockq";
@@ -135,7 +135,6 @@ pub const LIBRARY_QUEUE_SUFFIX: &[u8] = b":lockq";
 pub fn is_library_queue_key(key: &[u8]) -> bool {
     key.strip_suffix(LIBRARY_QUEUE_SUFFIX)
         .is_some_and(|rest| rest.iter().any(|&b| b == b'{' || b == b'}'))
->>>>>>> main
 }
 
 /// An argument the server would refuse, found before anything is sent.
