@@ -9,33 +9,42 @@ use redis_lock_testkit::proxy::Proxy;
 use redis_lock_testkit::{Cluster, Config, Server};
 use serde_json::{json, Map};
 
-/// The restrictive ACL user of the `acl` backend: the calls a driver of the library
-/// makes (docs/PROTOCOL.md), the commands the library runs inside them, and the
-/// lock's key pattern. Nothing else: no `FUNCTION`, `SCRIPT`, `COMMAND` or `INFO`.
+/// The restrictive ACL user of the `acl` backend: the rules docs/PROTOCOL.md ("ACL")
+/// gives a user of the library by `FCALL` (its calls, `BLPOP`, and the commands the
+/// library runs inside them), with `EVALSHA` beside them, and the lock's key pattern.
+/// Nothing else: no `FUNCTION`, `SCRIPT LOAD`, `COMMAND` or `INFO`.
 pub const ACL_USER: &str = "locker";
 pub const ACL_PASSWORD: &str = "conformance-pw";
-const ACL_RULES: &[&str] = &[
-    "on",
-    ">conformance-pw",
-    "resetkeys",
-    "~conf:*",
-    "resetchannels",
-    "-@all",
-    "+fcall",
-    "+fcall_ro",
-    "+evalsha",
-    "+blpop",
-    // Inside the library's functions (lua/redislock.lua).
-    "+del",
-    "+hdel",
-    "+hset",
-    "+hgetall",
-    "+hmget",
-    "+pexpireat",
-    "+pttl",
-    "+rpush",
-    "+time",
-];
+
+/// The `acl` backend's rules, from docs/PROTOCOL.md's `# functions` line, for keys
+/// under `conf:`.
+pub fn acl_rules(root: &std::path::Path) -> Result<Vec<String>, String> {
+    let path = root.join("docs").join("PROTOCOL.md");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let line = text
+        .lines()
+        .skip_while(|l| l.trim() != "# functions")
+        .find(|l| l.starts_with("ACL SETUSER "))
+        .ok_or_else(|| {
+            format!(
+                "{}: no ACL SETUSER line after `# functions`",
+                path.display()
+            )
+        })?;
+    let mut rules: Vec<String> = line
+        .split_whitespace()
+        .skip(3) // ACL SETUSER <user>
+        .map(|rule| match rule {
+            r if r.starts_with('~') => "~conf:*".to_string(),
+            r if r.starts_with('>') => format!(">{ACL_PASSWORD}"),
+            r => r.to_string(),
+        })
+        .collect();
+    if !rules.iter().any(|r| r == "+evalsha") {
+        rules.push("+evalsha".into());
+    }
+    Ok(rules)
+}
 
 /// Where the lock lives, as the table's columns name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,6 +149,7 @@ pub struct Env {
     proxy: Option<Proxy>,
     /// Every key of the run starts with it (`conf:…`, the ACL user's pattern).
     pub prefix: String,
+    acl: Vec<String>,
 }
 
 impl Env {
@@ -150,6 +160,7 @@ impl Env {
         aof: bool,
         cluster: Option<Arc<Cluster>>,
         prefix: String,
+        acl: &[String],
     ) -> Result<Env, String> {
         let config = if aof {
             Config::default().aof()
@@ -167,7 +178,7 @@ impl Env {
                 let mut con = connection(&server)?;
                 load_library(&mut con, None)?;
                 if backend == Backend::Acl {
-                    set_acl_user(&mut con)?;
+                    set_acl_user(&mut con, acl)?;
                 }
                 Some(server)
             }
@@ -186,6 +197,7 @@ impl Env {
             cluster,
             proxy: None,
             prefix,
+            acl: acl.to_vec(),
         })
     }
 
@@ -269,11 +281,12 @@ impl Env {
             "kill_server" => self.server_mut()?.kill(),
             "restart" | "start_server" => {
                 let backend = self.backend;
+                let acl = self.acl.clone();
                 let server = self.server_mut()?;
                 server.restart();
                 if backend == Backend::Acl {
                     // ACL users live in memory only (no aclfile).
-                    set_acl_user(&mut connection(server)?)?;
+                    set_acl_user(&mut connection(server)?, &acl)?;
                 }
             }
             "del" => {
@@ -547,11 +560,11 @@ fn load_library(con: &mut Connection, old: Option<i64>) -> Result<(), String> {
     Ok(())
 }
 
-fn set_acl_user(con: &mut Connection) -> Result<(), String> {
+fn set_acl_user(con: &mut Connection, rules: &[String]) -> Result<(), String> {
     let mut cmd = redis::cmd("ACL");
     cmd.arg("SETUSER").arg(ACL_USER);
-    for rule in ACL_RULES {
-        cmd.arg(*rule);
+    for rule in rules {
+        cmd.arg(rule);
     }
     cmd.query::<()>(con)
         .map_err(|e| format!("ACL SETUSER: {e}"))
@@ -560,4 +573,31 @@ fn set_acl_user(con: &mut Connection) -> Result<(), String> {
 /// The shared Cluster of the `cluster` column.
 pub fn start_cluster() -> Result<Cluster, String> {
     std::panic::catch_unwind(|| Cluster::start(3)).map_err(|_| "the Cluster did not start".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_acl_user_is_the_documented_library_user_on_conf_keys() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let rules = acl_rules(&root).unwrap();
+        for rule in [
+            "-@all",
+            "+fcall",
+            "+fcall_ro",
+            "+blpop",
+            "+evalsha",
+            "~conf:*",
+        ] {
+            assert!(rules.iter().any(|r| r == rule), "{rule} in {rules:?}");
+        }
+        for refused in ["+function", "+script", "+command", "+@all", "~*"] {
+            assert!(
+                !rules.iter().any(|r| r.starts_with(refused)),
+                "{refused} in {rules:?}"
+            );
+        }
+    }
 }

@@ -25,7 +25,7 @@ mod scenario;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -157,6 +157,7 @@ fn run() -> Result<bool, String> {
         return Ok(true);
     }
     let protocol = registry::protocol(&root)?;
+    let acl = env::acl_rules(&root)?;
     let adapters: Vec<Adapter> = registry::adapters(&root)?
         .into_iter()
         .filter(|a| {
@@ -250,10 +251,12 @@ fn run() -> Result<bool, String> {
         Mutex::new(BTreeMap::new());
     let serial = Mutex::new(0u64);
     let filled = AtomicBool::new(false);
+    let timing = Mutex::new(());
+    let quiet = AtomicUsize::new(0);
     std::thread::scope(|scope| {
         for pool in &pools {
-            let filled = &filled;
-            scope.spawn(move || pool.fill(filled));
+            let (filled, quiet) = (&filled, &quiet);
+            scope.spawn(move || pool.fill(filled, quiet));
         }
         let mut workers = Vec::new();
         for _ in 0..options.jobs {
@@ -275,6 +278,9 @@ fn run() -> Result<bool, String> {
                         let ctx = Context {
                             adapter,
                             pool: &pools[cell.client],
+                            timing: &timing,
+                            quiet: &quiet,
+                            acl: &acl,
                             hello,
                             protocol: &protocol,
                             logs: logs
@@ -381,9 +387,14 @@ fn run_cell(
     if let Some(why) = skip_reason(backend, scenario, ctx.hello, &ctx.adapter.client) {
         return Outcome::Skipped(why);
     }
+    // A timing run waits for the one before it, and holds the pools' starts.
+    let _alone = scenario
+        .timing
+        .then(|| ctx.timing.lock().unwrap_or_else(|e| e.into_inner()));
+    let _quiet = scenario.timing.then(|| Quiet::new(ctx.quiet));
     let started = Instant::now();
     let prefix = format!("conf:{serial}:{}:", scenario.name);
-    let mut env = match Env::start(backend, scenario.server.aof, cluster, prefix) {
+    let mut env = match Env::start(backend, scenario.server.aof, cluster, prefix, ctx.acl) {
         Ok(env) => env,
         Err(why) => return Outcome::Failed(format!("the servers did not start: {why}")),
     };
@@ -419,6 +430,22 @@ fn run_cell(
             let _ = std::fs::write(ctx.logs.join("failure.txt"), &report);
             Outcome::Failed(report)
         }
+    }
+}
+
+/// Counts a timing run while it lives.
+struct Quiet<'a>(&'a AtomicUsize);
+
+impl<'a> Quiet<'a> {
+    fn new(count: &'a AtomicUsize) -> Quiet<'a> {
+        count.fetch_add(1, Ordering::SeqCst);
+        Quiet(count)
+    }
+}
+
+impl Drop for Quiet<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

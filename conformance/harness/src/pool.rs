@@ -6,7 +6,7 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
@@ -82,12 +82,13 @@ impl Pool {
         Ok(actor)
     }
 
-    /// Keeps processes ready, one start at a time, until `stop`.
-    pub fn fill(&self, stop: &AtomicBool) {
+    /// Keeps processes ready, one start at a time, until `stop`; none while `quiet`
+    /// counts a timing run.
+    pub fn fill(&self, stop: &AtomicBool, quiet: &AtomicUsize) {
         while !stop.load(Ordering::SeqCst) {
             let wanted = {
                 let state = self.state();
-                state.demand > 0 && state.ready.len() < READY
+                state.demand > 0 && state.ready.len() < READY && quiet.load(Ordering::SeqCst) == 0
             };
             if !wanted {
                 let state = self.state();

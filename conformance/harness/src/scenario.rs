@@ -27,6 +27,10 @@ pub struct Scenario {
     pub backends: Option<Vec<String>>,
     #[serde(default)]
     pub not_elsewhere: String,
+    /// Its checks depend on the clients' timing: no other such run beside it, no
+    /// adapter process started meanwhile.
+    #[serde(default)]
+    pub timing: bool,
     #[serde(default)]
     pub server: ServerSpec,
     #[serde(default)]
@@ -154,6 +158,12 @@ pub enum Outcome {
 pub struct Context<'a> {
     pub adapter: &'a Adapter,
     pub pool: &'a crate::pool::Pool,
+    /// Held by the run of a timing scenario.
+    pub timing: &'a std::sync::Mutex<()>,
+    /// Timing runs under way: the pools start no process meanwhile.
+    pub quiet: &'a std::sync::atomic::AtomicUsize,
+    /// The `acl` backend's user's rules.
+    pub acl: &'a [String],
     pub hello: &'a Hello,
     pub protocol: &'a BTreeMap<String, Value>,
     pub logs: PathBuf,
@@ -349,10 +359,13 @@ impl<'a> Run<'a> {
                 let then = self.instant(&text(&step, "then")?)?;
                 if first >= then {
                     let gap = first.duration_since(then).as_millis();
+                    let at = |i: Instant| i.saturating_duration_since(self.start).as_millis();
                     return Err(format!(
-                        "{} came {gap} ms after {}, not before it",
+                        "{} came {gap} ms after {}, not before it (at {} and {} ms since the start)",
                         text(&step, "first")?,
-                        text(&step, "then")?
+                        text(&step, "then")?,
+                        at(first),
+                        at(then)
                     ));
                 }
                 let gap = then.duration_since(first).as_millis();
