@@ -115,6 +115,7 @@ fn error_kind(error: &Error) -> &'static str {
     match error {
         Error::WaitUnanswered { .. } => "wait_unanswered",
         Error::LibraryTooOld { .. } => "library_too_old",
+        Error::LibraryTooNew { .. } => "library_too_new",
         Error::NoBackend(_) | Error::ModuleNotLoaded(_) => "no_backend",
         Error::WrongType(_) => "wrong_type",
         Error::Server(_) => "server",

@@ -91,7 +91,8 @@ def failure_of(error: BaseException, waiting: bool) -> Failure:
         return error
     message = f"{type(error).__name__}: {error}"
     if isinstance(error, LibraryVersionError):
-        return Failure("library_too_old", message)
+        newer = error.found > error.maximum
+        return Failure("library_too_new" if newer else "library_too_old", message)
     if isinstance(error, NoLockBackendError):
         return Failure("no_backend", message)
     if isinstance(error, LockLostError):

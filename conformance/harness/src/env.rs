@@ -261,18 +261,18 @@ impl Env {
         &mut self,
         fault: &str,
         key: Option<&str>,
-        old_version: i64,
+        versions: Versions,
     ) -> Result<(), String> {
         let run_id = match fault {
             "restart" | "start_server" => self.run_id(),
             _ => None,
         };
-        self.inject(fault, key, old_version)?;
-        self.acted(fault, key, old_version, run_id)
+        self.inject(fault, key, versions)?;
+        self.acted(fault, key, versions, run_id)
             .map_err(|why| format!("the fault {fault} did not act: {why}"))
     }
 
-    fn inject(&mut self, fault: &str, key: Option<&str>, old_version: i64) -> Result<(), String> {
+    fn inject(&mut self, fault: &str, key: Option<&str>, versions: Versions) -> Result<(), String> {
         match fault {
             "black_hole" => self.proxy()?.black_hole(),
             "heal" => self.proxy()?.heal(),
@@ -301,7 +301,10 @@ impl Env {
             }
             "load_library" => load_library(&mut connection(self.server()?)?, None)?,
             "load_old_library" => {
-                load_library(&mut connection(self.server()?)?, Some(old_version))?
+                load_library(&mut connection(self.server()?)?, Some(versions.old))?
+            }
+            "load_new_library" => {
+                load_library(&mut connection(self.server()?)?, Some(versions.new))?
             }
             other => return Err(format!("unknown fault {other:?}")),
         }
@@ -336,7 +339,7 @@ impl Env {
         &self,
         fault: &str,
         key: Option<&str>,
-        old_version: i64,
+        versions: Versions,
         run_id: Option<String>,
     ) -> Result<(), String> {
         match fault {
@@ -375,12 +378,17 @@ impl Env {
                 }
                 Ok(())
             }
-            "load_old_library" => {
+            "load_old_library" | "load_new_library" => {
                 let version: i64 = query(
                     &mut connection(self.server()?)?,
                     &["FCALL_RO", "lock_version", "0"],
                 )?;
-                if version != old_version {
+                let wanted = if fault == "load_old_library" {
+                    versions.old
+                } else {
+                    versions.new
+                };
+                if version != wanted {
                     return Err(format!("lock_version answers {version}"));
                 }
                 Ok(())
@@ -426,6 +434,13 @@ impl Env {
         left.extend(lists);
         Ok(left)
     }
+}
+
+/// The library versions just outside the ones the clients accept (protocol.json).
+#[derive(Debug, Clone, Copy)]
+pub struct Versions {
+    pub old: i64,
+    pub new: i64,
 }
 
 /// The lock as the harness reads it from the server.

@@ -179,6 +179,11 @@ impl Context<'_> {
     pub fn old_library_version(&self) -> i64 {
         self.constant("min_library_version").unwrap_or(1) - 1
     }
+
+    /// The library version just above the newest the clients accept.
+    pub fn new_library_version(&self) -> i64 {
+        self.constant("library_version").unwrap_or(1) + 1
+    }
 }
 
 /// A request a step sent, by the name the scenario gave it.
@@ -313,6 +318,10 @@ impl<'a> Run<'a> {
             (
                 "{old_library_version}".into(),
                 self.ctx.old_library_version().to_string(),
+            ),
+            (
+                "{new_library_version}".into(),
+                self.ctx.new_library_version().to_string(),
             ),
         ];
         for (name, value) in self.ctx.protocol {
@@ -583,11 +592,14 @@ impl<'a> Run<'a> {
             .get("key")
             .and_then(Value::as_str)
             .map(|k| self.env.key(k));
-        let old = self.ctx.old_library_version();
+        let versions = crate::env::Versions {
+            old: self.ctx.old_library_version(),
+            new: self.ctx.new_library_version(),
+        };
         // The mark is the moment before the fault: anything stamped before it came
         // before the fault could have any effect.
         let at = Instant::now();
-        self.env.fault(&fault, key.as_deref(), old)?;
+        self.env.fault(&fault, key.as_deref(), versions)?;
         self.note(format!("fault: {fault}"));
         if let Some(name) = step.get("name").and_then(Value::as_str) {
             self.marks.insert(name.to_string(), at);
