@@ -40,11 +40,11 @@ pub const LIBRARY_VERSIONS: std::ops::RangeInclusive<i64> = MIN_LIBRARY_VERSION.
 /// The longest lease of a queue place (`lock_wait … LEASE ms`).
 pub const MAX_PLACE_LEASE_MS: u64 = 60_000;
 
-// The constants of the client's promise (SPEC.md, "Clients: what a holder can
-// trust"). Every client of the project uses these values: the Rust client from here,
-// the others from `conformance/protocol.json`, which `tests::protocol_json` writes
-// from this list, and whose values each client's conformance adapter reports back in
-// its hello (conformance/ADAPTER.md).
+// The constants of the client's promise (contract.md "Clients"). Every client of
+// the project uses these values: the Rust client from here, the others from
+// `conformance/protocol.json`, which `tests::protocol_json` writes from this list,
+// and whose values each client's conformance adapter reports back in its hello
+// (conformance/ADAPTER.md).
 
 /// A holding is renewed every TTL / this: at a third of its TTL, so two renewals
 /// can fail (a blip, a reconnect) before the lease runs out.

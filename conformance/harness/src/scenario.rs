@@ -1036,7 +1036,8 @@ fn check(expect: &Value, value: &Value, run: &Run<'_>, pid: Option<u32>) -> Resu
     Ok(())
 }
 
-/// `host:pid:` and 16 lower-case hex digits (SPEC: default owners say who holds).
+/// `host:pid:` and 16 lower-case hex digits (contract.md "Commands": default owners
+/// say who holds).
 fn default_owner(owner: &str, hostname: &str, pid: u32) -> Result<(), String> {
     let host: String = hostname.chars().take(64).collect();
     let prefix = format!("{host}:{pid}:");
