@@ -261,8 +261,25 @@ fn run() -> Result<bool, String> {
         let mut workers = Vec::new();
         for _ in 0..options.jobs {
             workers.push(scope.spawn(|| loop {
-                let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                // Timing cells one at a time, each as soon as the last one ended; the
+                // other workers take the rest meanwhile.
+                let (next, slot) = {
+                    let mut queue = queue.lock().unwrap_or_else(|e| e.into_inner());
+                    let slot = timing.try_lock().ok();
+                    let is_timing = |c: &Cell| scenarios[c.scenario].timing;
+                    let position = match slot {
+                        Some(_) => queue.iter().position(|(_, c)| is_timing(c)),
+                        None => queue.iter().position(|(_, c)| !is_timing(c)),
+                    };
+                    let position = position.or_else(|| (!queue.is_empty()).then_some(0));
+                    (position.and_then(|p| queue.remove(p)), slot)
+                };
                 let Some((index, cell)) = next else { break };
+                let _slot = match (scenarios[cell.scenario].timing, slot) {
+                    (false, _) => None,
+                    (true, Some(slot)) => Some(slot),
+                    (true, None) => Some(timing.lock().unwrap_or_else(|e| e.into_inner())),
+                };
                 let adapter = &adapters[cell.client];
                 let scenario = &scenarios[cell.scenario];
                 let outcome = match (&broken[cell.client], &hellos[cell.client]) {
@@ -278,7 +295,6 @@ fn run() -> Result<bool, String> {
                         let ctx = Context {
                             adapter,
                             pool: &pools[cell.client],
-                            timing: &timing,
                             quiet: &quiet,
                             acl: &acl,
                             hello,
@@ -387,10 +403,8 @@ fn run_cell(
     if let Some(why) = skip_reason(backend, scenario, ctx.hello, &ctx.adapter.client) {
         return Outcome::Skipped(why);
     }
-    // A timing run waits for the one before it, and holds the pools' starts.
-    let _alone = scenario
-        .timing
-        .then(|| ctx.timing.lock().unwrap_or_else(|e| e.into_inner()));
+    // A timing run holds the pools' starts (and runs alone among timing runs: the
+    // worker holds the slot).
     let _quiet = scenario.timing.then(|| Quiet::new(ctx.quiet));
     let started = Instant::now();
     let prefix = format!("conf:{serial}:{}:", scenario.name);

@@ -158,8 +158,6 @@ pub enum Outcome {
 pub struct Context<'a> {
     pub adapter: &'a Adapter,
     pub pool: &'a crate::pool::Pool,
-    /// Held by the run of a timing scenario.
-    pub timing: &'a std::sync::Mutex<()>,
     /// Timing runs under way: the pools start no process meanwhile.
     pub quiet: &'a std::sync::atomic::AtomicUsize,
     /// The `acl` backend's user's rules.
