@@ -178,7 +178,7 @@ class Adapter:
             password=request.get("password"),
         )
         # The client probes on first use; a holder's probe is that first use.
-        probe = AsyncLock(self.client, "conformance:probe", backend=self.backend)
+        probe = AsyncLock(self.client, "conf:probe", backend=self.backend)
         found = await probe._probe()
         return {"backend": found.name}
 
