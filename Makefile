@@ -14,7 +14,7 @@ MODULE    := target/release/libredis_lock.so
 DEBS      := redis-server redis-tools redis-sentinel libclang-dev python3-venv prometheus-redis-exporter dpkg-dev
 PYTHON    ?= python3
 
-.PHONY: all build run install install-build uninstall deb test test-library test-library-scripts test-package test-servers python-test conformance bench bench-peers demo memcheck fuzz torture failover deps lint clean
+.PHONY: all build run install install-build uninstall deb test test-library test-library-scripts test-package test-servers python-test test-js js-build test-go conformance bench bench-peers bench-peers-go demo memcheck fuzz torture failover deps lint clean
 
 all: build
 
@@ -114,6 +114,8 @@ test: deps
 	$(CARGO) test --workspace
 	$(MAKE) test-library
 	$(MAKE) python-test
+	$(MAKE) test-js
+	$(MAKE) test-go
 	$(MAKE) conformance
 	$(MAKE) test-package
 
@@ -165,6 +167,45 @@ python-test: $(VENV)/.installed
 	cd python && $(abspath $(VENV))/bin/ruff check . && $(abspath $(VENV))/bin/ruff format --check .
 	cd python && $(abspath $(VENV))/bin/mypy
 	cd python && $(abspath $(VENV))/bin/pytest -q
+
+# The Node client (js/): `npm ci` from the committed lock file when node_modules is
+# missing or the lock file changed since, the build (ESM and CommonJS, the library
+# bundled from lua/redislock.lua), `tsc --noEmit` strict, eslint with
+# typescript-eslint's type-checked rules, and the tests (node:test), which start
+# their own redis-servers with the debug build of the module: module, library,
+# scripts, a 3-master Cluster, Redis 6.2 where REDIS62_SERVER exists, faults; with
+# ioredis 6 and 5 and node-redis 6 and 4. Needs Node.js 20+ and npm on PATH.
+# `make js-build` alone builds the package, and the tests and the conformance adapter
+# (js/build/conformance/adapter.js, registered in conformance/adapters/node-*.json),
+# those emitted without type checking, which `tsc --noEmit` in test-js does once.
+JS_INSTALLED := js/node_modules/.installed-lock.json
+js-build:
+	@command -v npm >/dev/null || { echo "the Node client needs Node.js 20+ and npm on PATH"; exit 1; }
+	@if ! cmp -s js/package-lock.json $(JS_INSTALLED); then \
+	  echo "cd js && npm ci"; \
+	  (cd js && npm ci --no-audit --no-fund --loglevel=error) && cp js/package-lock.json $(JS_INSTALLED); \
+	fi
+	cd js && npm run --silent build
+	cd js && npx tsc -p tsconfig.test.json --noCheck && chmod +x build/conformance/adapter.js
+
+test-js: js-build
+	$(CARGO) build --lib -p redis-lock
+	cd js && npx tsc --noEmit -p tsconfig.json
+	cd js && npx eslint .
+	cd js && REDIS62_SERVER=$(REDIS62_SERVER) node --test --test-concurrency=1 build/test/*.test.js
+
+# The Go client (go/): gofmt -l (must print nothing), go vet and go test -race, on
+# the Go toolchain found on PATH (or in /usr/local/go/bin); modules come from the Go
+# module proxy, as go.mod and go.sum pin them. The tests start their own
+# redis-servers with the debug build of the module (REDIS_LOCK_MODULE overrides it).
+GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
+test-go:
+	@test -x "$(GO)" || { echo "the Go client's tests need Go 1.22 or newer on PATH (https://go.dev/dl/)"; exit 1; }
+	test -n "$$REDIS_LOCK_MODULE" || $(CARGO) build --lib -p redis-lock
+	cd go && unformatted="$$($(dir $(GO))gofmt -l .)"; \
+	  if [ -n "$$unformatted" ]; then echo "gofmt -l: not formatted: $$unformatted"; exit 1; fi
+	cd go && $(GO) vet ./...
+	cd go && $(GO) test -race -count=1 ./...
 
 # The conformance suite (conformance/, its protocol in conformance/ADAPTER.md): every
 # client whose adapter is registered in conformance/adapters/ (built first by its
@@ -256,6 +297,12 @@ bench: deps $(VENV)/.installed
 # pottery, etcd, Redisson, redsync) on one workload; writes bench/PEERS.md and its plots (bench/peers/).
 bench-peers: deps
 	bench/peers/run.sh
+
+# The Go sides alone (this repository's Go client on the module and the library,
+# redsync and bsm/redislock, each with its defaults and tuned), into bench/peers-go/.
+bench-peers-go: deps
+	PEERS_SIDES="ours-go ours-go-functions redsync redsync-tuned bsm-redislock bsm-redislock-1ms" \
+	  PEERS_OUT=bench/peers-go bench/peers/run.sh
 
 # The workspace, and the fuzz crate (a workspace of its own, for cargo-fuzz).
 lint:

@@ -1,6 +1,7 @@
-//! The module's layers (ARCHITECTURE.md, "Layers") hold in the code: every file of
-//! `src/` belongs to a listed layer, imports only from its own layer or below, and no
-//! files import each other in a circle. Reads the sources; needs no server.
+//! The layers of ARCHITECTURE.md hold in the code, for the module ("Layers", over
+//! `src/`) and for the Rust client ("The client's layers", over `client/src/`):
+//! every file belongs to a listed layer, imports only from its own layer or below,
+//! and no files import each other in a circle. Reads the sources; needs no server.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -8,15 +9,34 @@ use std::path::{Path, PathBuf};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// `(layer, path prefix)` pairs from the table in ARCHITECTURE.md: rows of the form
-/// `| 2 | `src/waiting/` | … |`, the layer first, then the paths in backquotes.
-fn layers() -> Vec<(u32, String)> {
+/// A crate held to a table of ARCHITECTURE.md: the section that has the table, and
+/// the folder of the crate's sources (whose `lib.rs` is the crate's root).
+struct Tree {
+    section: &'static str,
+    dir: &'static str,
+}
+
+/// The module.
+const MODULE: Tree = Tree {
+    section: "Layers",
+    dir: "src",
+};
+
+/// The Rust client.
+const CLIENT: Tree = Tree {
+    section: "The client's layers",
+    dir: "client/src",
+};
+
+/// `(layer, path prefix)` pairs from the tree's table in ARCHITECTURE.md: rows of the
+/// form `| 2 | `src/waiting/` | … |`, the layer first, then the paths in backquotes.
+fn layers(tree: &Tree) -> Vec<(u32, String)> {
     let text = fs::read_to_string(Path::new(ROOT).join("ARCHITECTURE.md"))
         .expect("ARCHITECTURE.md at the repository's root");
     let section = text
         .split("\n## ")
-        .find(|s| s.starts_with("Layers"))
-        .expect("a section \"## Layers\" in ARCHITECTURE.md");
+        .find(|s| s.starts_with(tree.section))
+        .unwrap_or_else(|| panic!("a section \"## {}\" in ARCHITECTURE.md", tree.section));
     let mut layers = Vec::new();
     for line in section.lines() {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
@@ -45,10 +65,15 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The module path of a file: `src/waiting/handoff.rs` is `["waiting", "handoff"]`,
-/// `src/waiting/mod.rs` is `["waiting"]`, `src/lib.rs` is `[]`.
-fn module_of(file: &str) -> Vec<String> {
-    let rel = file.trim_start_matches("src/").trim_end_matches(".rs");
+/// The module path of a file of the crate in `dir`: `src/waiting/handoff.rs` is
+/// `["waiting", "handoff"]`, `src/waiting/mod.rs` is `["waiting"]`, `src/lib.rs` is
+/// `[]`.
+fn module_of(file: &str, dir: &str) -> Vec<String> {
+    let rel = file
+        .strip_prefix(dir)
+        .unwrap_or(file)
+        .trim_start_matches('/')
+        .trim_end_matches(".rs");
     let mut parts: Vec<String> = rel.split('/').map(String::from).collect();
     if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
         parts.pop();
@@ -56,14 +81,18 @@ fn module_of(file: &str) -> Vec<String> {
     parts
 }
 
-/// The file of the longest prefix of `path` (a module path) that is a file of `files`.
-fn file_of(path: &[String], files: &BTreeSet<String>) -> Option<String> {
+/// The file of the longest prefix of `path` (a module path) that is a file of `files`,
+/// the crate's in `dir`.
+fn file_of(path: &[String], files: &BTreeSet<String>, dir: &str) -> Option<String> {
     for len in (0..=path.len()).rev() {
         let module = path[..len].join("/");
         let candidates = if module.is_empty() {
-            vec!["src/lib.rs".to_string()]
+            vec![format!("{dir}/lib.rs")]
         } else {
-            vec![format!("src/{module}.rs"), format!("src/{module}/mod.rs")]
+            vec![
+                format!("{dir}/{module}.rs"),
+                format!("{dir}/{module}/mod.rs"),
+            ]
         };
         if let Some(found) = candidates.into_iter().find(|c| files.contains(c)) {
             return Some(found);
@@ -229,11 +258,11 @@ fn children_named(code: &str, module: &[String]) -> Vec<Vec<String>> {
     named
 }
 
-/// Every file of `src/`, its layer, and the files it imports.
-fn graph() -> (BTreeMap<String, u32>, BTreeMap<String, BTreeSet<String>>) {
-    let layers = layers();
+/// Every file of the tree, its layer, and the files it imports.
+fn graph(tree: &Tree) -> (BTreeMap<String, u32>, BTreeMap<String, BTreeSet<String>>) {
+    let layers = layers(tree);
     let mut files = Vec::new();
-    sources(&Path::new(ROOT).join("src"), &mut files);
+    sources(&Path::new(ROOT).join(tree.dir), &mut files);
     let names: BTreeSet<String> = files
         .iter()
         .map(|f| {
@@ -255,8 +284,8 @@ fn graph() -> (BTreeMap<String, u32>, BTreeMap<String, BTreeSet<String>>) {
             .unwrap_or_else(|| panic!("{name} is in no layer of ARCHITECTURE.md"));
         layer_of.insert(name.clone(), layer);
         let text = fs::read_to_string(Path::new(ROOT).join(name)).unwrap();
-        let module = module_of(name);
-        let is_mod_file = name.ends_with("/mod.rs") || name == "src/lib.rs";
+        let module = module_of(name, tree.dir);
+        let is_mod_file = name.ends_with("/mod.rs") || *name == format!("{}/lib.rs", tree.dir);
         let mut targets = BTreeSet::new();
         // A file's unit tests (`#[cfg(test)] mod tests`, at its end) are not part of
         // the layer: their `super` is the file itself.
@@ -270,7 +299,7 @@ fn graph() -> (BTreeMap<String, u32>, BTreeMap<String, BTreeSet<String>>) {
             paths.extend(children_named(&code, &module));
         }
         for path in paths {
-            if let Some(target) = file_of(&path, &names) {
+            if let Some(target) = file_of(&path, &names, tree.dir) {
                 if &target != name {
                     targets.insert(target);
                 }
@@ -281,9 +310,9 @@ fn graph() -> (BTreeMap<String, u32>, BTreeMap<String, BTreeSet<String>>) {
     (layer_of, imports)
 }
 
-#[test]
-fn no_file_imports_from_a_layer_above_its_own() {
-    let (layer_of, imports) = graph();
+/// Fails naming every import of a file from a layer above its own.
+fn no_upward_imports(tree: &Tree) {
+    let (layer_of, imports) = graph(tree);
     let mut upward = Vec::new();
     for (file, targets) in &imports {
         for target in targets {
@@ -298,9 +327,9 @@ fn no_file_imports_from_a_layer_above_its_own() {
     assert!(upward.is_empty(), "upward imports:\n{}", upward.join("\n"));
 }
 
-#[test]
-fn no_files_import_each_other_in_a_circle() {
-    let (_, imports) = graph();
+/// Fails naming the first circle of files that import each other.
+fn no_circles(tree: &Tree) {
+    let (_, imports) = graph(tree);
     // Depth-first search; a file met again while still on the path closes a circle.
     fn visit(
         file: &str,
@@ -335,6 +364,26 @@ fn no_files_import_each_other_in_a_circle() {
 }
 
 #[test]
+fn no_file_of_the_module_imports_from_a_layer_above_its_own() {
+    no_upward_imports(&MODULE);
+}
+
+#[test]
+fn no_files_of_the_module_import_each_other_in_a_circle() {
+    no_circles(&MODULE);
+}
+
+#[test]
+fn no_file_of_the_client_imports_from_a_layer_above_its_own() {
+    no_upward_imports(&CLIENT);
+}
+
+#[test]
+fn no_files_of_the_client_import_each_other_in_a_circle() {
+    no_circles(&CLIENT);
+}
+
+#[test]
 fn the_reader_of_imports_sees_what_a_file_names() {
     let names: BTreeSet<String> = [
         "src/lib.rs",
@@ -350,10 +399,10 @@ fn the_reader_of_imports_sees_what_a_file_names() {
     let code = code_of(
         "use crate::{state::MODULE, ffi::{key::OpenKey, Ctx}};\n// crate::reply::Reply\nuse super::timers::start;\nlet s = \"crate::x\";",
     );
-    let module = module_of("src/waiting/handoff.rs");
+    let module = module_of("src/waiting/handoff.rs", "src");
     let files: BTreeSet<String> = named_paths(&code, &module, false)
         .iter()
-        .filter_map(|p| file_of(p, &names))
+        .filter_map(|p| file_of(p, &names, "src"))
         .collect();
     let expected: BTreeSet<String> = [
         "src/state.rs",
@@ -365,4 +414,17 @@ fn the_reader_of_imports_sees_what_a_file_names() {
     .map(String::from)
     .collect();
     assert_eq!(files, expected);
+    // The client's files, in a folder of their own.
+    let client: BTreeSet<String> = ["client/src/lib.rs", "client/src/machine/mod.rs"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let module = module_of("client/src/held/renew.rs", CLIENT.dir);
+    assert_eq!(module, ["held", "renew"]);
+    let named = named_paths(&code_of("use crate::machine::Extend;"), &module, false);
+    let files: Vec<String> = named
+        .iter()
+        .filter_map(|p| file_of(p, &client, CLIENT.dir))
+        .collect();
+    assert_eq!(files, ["client/src/machine/mod.rs"]);
 }

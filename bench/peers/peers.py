@@ -19,9 +19,14 @@ a semaphore of 3 permits (our `LIMIT 3` against Redisson's RSemaphore) in every
 cell, and a read-write lock (N = 16 readers and 2 writers more: our `SHARED` with
 exclusive writers against Redisson's RReadWriteLock) in the N = 16 cells only.
 
-The Redisson and redsync sides are programs of their own (bench/peers/java,
-bench/peers/go) that run all N clients of a run in one process and print one report
-line per client; the protocol is otherwise the one of clients.py."""
+The Redisson and Go sides (redsync, bsm/redislock, and this repository's Go client)
+are programs of their own (bench/peers/java, bench/peers/go) that run all N clients
+of a run in one process and print one report line per client; the protocol is
+otherwise the one of clients.py. The Node sides (our Node client, node-redlock,
+redis-semaphore) are bench/peers/node/peer.mjs, one process per client as the Python
+sides. PEERS_SIDES="$NODE_SIDES" (the list below) with PEERS_OUT=bench/peers-node
+runs them alone; `make bench-peers-go` runs the Go sides alone (GO_SIDES) into
+bench/peers-go/."""
 
 import atexit
 import datetime
@@ -56,22 +61,30 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MODULE = os.path.join(ROOT, "target/release/libredis_lock.so")
 DRIVER = os.path.join(ROOT, "target/release/lock-bench")
 REDISSON = os.path.join(ROOT, "target/peers-java/redisson-peer.jar")
-REDSYNC = os.path.join(ROOT, "target/peers-go/redsync-peer")
+GO_PEER = os.path.join(ROOT, "target/peers-go/go-peer")
+NODE_PEER = os.path.join(ROOT, "bench/peers/node/peer.mjs")
 KEY = "bench:peers"
 OURS = ["ours-rust", "ours-redis-py", "ours-python"]
 # The function library, for servers that cannot load the module: the same clients.
-FUNCTIONS = ["ours-rust-functions", "ours-python-functions"]
+FUNCTIONS = ["ours-rust-functions", "ours-python-functions", "ours-node-functions", "ours-go-functions"]
+# The Node sides: our client and the Node peers (issue 34).
+NODE_SIDES = ["ours-node", "ours-node-redis", "ours-node-functions", "ours-ioredis", "node-redlock",
+              "node-redis-semaphore"]
+# The Go sides: this repository's Go client (module, library) and its Go peers.
+GO_SIDES = ["ours-go", "ours-go-functions", "redsync", "redsync-tuned", "bsm-redislock", "bsm-redislock-1ms"]
 LIBRARY = os.path.join(ROOT, "lua/redislock.lua")
 ALL_SIDES = OURS + FUNCTIONS + ["redis-py-lock", "redis-py-lock-1ms", "python-redis-lock", "pottery-redlock", "etcd3-lock",
                     "redisson-rlock", "redisson-fairlock", "redsync", "redsync-tuned",
-                    "ours-rust-limit3", "redisson-semaphore", "ours-rust-rw", "redisson-rwlock"]
+                    "ours-go", "bsm-redislock", "bsm-redislock-1ms",
+                    "ours-rust-limit3", "redisson-semaphore", "ours-rust-rw", "redisson-rwlock",
+                    "ours-node", "ours-node-redis", "ours-ioredis", "node-redlock", "node-redis-semaphore"]
 # The read-write rows: this many readers, and RW_WRITERS writers beside them.
 RW_READERS, RW_WRITERS = 16, 2
 RW_SIDES = ["ours-rust-rw", "redisson-rwlock"]
 # The dead-holder cell: a holder killed mid-hold, and how long until the next grant.
-DEAD_SIDES = ["ours-rust", "redisson-rlock", "redisson-fairlock", "redsync"]
+DEAD_SIDES = ["ours-rust", "redisson-rlock", "redisson-fairlock", "redsync", "ours-go", "bsm-redislock"]
 # The dead-waiter cell: the fair locks, whose queue a waiter killed in it could hold up.
-DEAD_WAITER_SIDES = ["ours-rust", "redisson-fairlock"]
+DEAD_WAITER_SIDES = ["ours-rust", "redisson-fairlock", "ours-go"]
 
 
 def env_list(name, default):
@@ -304,10 +317,16 @@ def spawners(side, n, hold_ms, redis_server, etcd_server):
         argv = ["java", "-jar", REDISSON, "--port", str(port), "--key", KEY, "--hold-ms", str(hold_ms),
                 "--kind", kind, "--clients", str(n), "--writers", str(writers)]
         return [lambda: Client.program(argv, n + writers)]
-    if side.startswith("redsync"):
-        argv = [REDSYNC, "--port", str(port), "--key", KEY, "--hold-ms", str(hold_ms), "--clients", str(n)]
-        if side == "redsync-tuned":
+    if side in NODE_SIDES:
+        return [lambda: Client.program(["node", NODE_PEER, side, str(port), KEY, str(hold_ms)])] * n
+    if side in GO_SIDES:
+        lib = {"ours": "ours", "redsync": "redsync", "bsm": "bsm"}[side.split("-")[0]]
+        argv = [GO_PEER, "--port", str(port), "--key", KEY, "--hold-ms", str(hold_ms), "--clients", str(n),
+                "--lib", lib]
+        if side in ("redsync-tuned", "bsm-redislock-1ms"):
             argv.append("--tuned")
+        if side == "ours-go-functions":
+            argv += ["--backend", "functions"]
         return [lambda: Client.program(argv, n)]
     if side == "etcd3-lock":
         port = etcd_server.port
@@ -432,10 +451,23 @@ def pinned_versions():
     with open(os.path.join(ROOT, "bench/peers/go/go.mod")) as f:
         for line in f:
             parts = line.split()
-            if len(parts) == 2 and parts[0] in ("github.com/go-redsync/redsync/v4", "github.com/redis/go-redis/v9"):
-                out[parts[0].split("/")[2]] = parts[1]
+            if len(parts) == 2 and parts[0] in ("github.com/go-redsync/redsync/v4", "github.com/redis/go-redis/v9",
+                                                "github.com/bsm/redislock"):
+                name = parts[0].split("/")[2]
+                out["bsm/redislock" if name == "redislock" else name] = parts[1]
     out["java"] = platform_java()
-    out["go"] = subprocess.run(["go", "env", "GOVERSION"], capture_output=True, text=True).stdout.strip()
+    if shutil.which("go"):
+        out["go"] = subprocess.run(["go", "env", "GOVERSION"], capture_output=True, text=True).stdout.strip()
+    # The Node sides' packages, as js/package-lock.json installed them.
+    for package in ["ioredis", "redis", "redlock", "redis-semaphore"]:
+        try:
+            with open(os.path.join(ROOT, "js/node_modules", package, "package.json")) as f:
+                out[f"{package} (npm)"] = json.load(f)["version"]
+        except OSError:
+            pass
+    node = shutil.which("node")
+    if node:
+        out["node"] = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
     return out
 
 
@@ -464,7 +496,7 @@ def machine(redis_server, etcd_server):
         "kernel": platform.release(),
         "python": platform.python_version(),
         "redis": redis_server.version(),
-        "etcd": etcd_server.version(),
+        "etcd": etcd_server.version() if etcd_server else "not run",
         "libraries": versions,
     }
 
@@ -484,7 +516,8 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
 
     redis_server = RedisServer()
-    etcd_server = EtcdServer()
+    # etcd only for its side: a subset without it needs no etcd-server.
+    etcd_server = EtcdServer() if "etcd3-lock" in sides else None
     try:
         results = {"machine": machine(redis_server, etcd_server), "cycles": cycles, "runs": []}
         cell = 0
@@ -517,7 +550,8 @@ def main():
                 with open(os.path.join(work, "results.json"), "w") as f:
                     json.dump(results, f, indent=1)
     finally:
-        etcd_server.stop()
+        if etcd_server:
+            etcd_server.stop()
         redis_server.stop()
     report.write(results, os.path.join(out_dir, "PEERS.md"))
     import plot  # matplotlib only now: it is slow to import and not needed before

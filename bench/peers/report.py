@@ -18,14 +18,33 @@ LABELS = {
     "redisson-fairlock": "Redisson RFairLock",
     "redsync": "redsync (defaults)",
     "redsync-tuned": "redsync, 1 ms retry, no give-up",
+    "ours-go": "ours: the Go client (module)",
+    "ours-go-functions": "ours: the function library, Go client",
+    "bsm-redislock": "bsm/redislock, 100 ms linear backoff",
+    "bsm-redislock-1ms": "bsm/redislock, 1 ms linear backoff",
     "ours-rust-limit3": "ours: LIMIT 3 WAIT, Rust client",
     "redisson-semaphore": "Redisson RSemaphore, 3 permits",
     "ours-rust-rw": "ours: SHARED + writers, Rust client",
     "redisson-rwlock": "Redisson RReadWriteLock",
+    "ours-node": "ours: the Node client (ioredis)",
+    "ours-node-redis": "ours: the Node client (node-redis)",
+    "ours-node-functions": "ours: the function library, Node client (ioredis)",
+    "ours-ioredis": "ours: LOCK.ACQUIRE WAIT, plain ioredis",
+    "node-redlock": "node-redlock 5 (defaults)",
+    "node-redis-semaphore": "redis-semaphore Mutex (defaults)",
 }
-OURS = ["ours-rust", "ours-redis-py", "ours-python"]
+OURS = ["ours-rust", "ours-redis-py", "ours-python", "ours-ioredis"]
 # The function library's sides (no module), with targets of their own.
-FUNCTIONS = ["ours-rust-functions", "ours-python-functions"]
+FUNCTIONS = ["ours-rust-functions", "ours-python-functions", "ours-node-functions", "ours-go-functions"]
+# The Node client's sides, against the Node peers (issue 34).
+NODE = ["ours-node", "ours-node-redis", "ours-node-functions"]
+NODE_PEERS = ["node-redlock", "node-redis-semaphore"]
+# The Go client's sides, with the targets of issue 32 against the Go peers.
+GO_OURS = ["ours-go", "ours-go-functions"]
+GO_PEERS = ["redsync", "redsync-tuned", "bsm-redislock", "bsm-redislock-1ms"]
+# The TTL of our locks in the harness (clients.py, bench/peers/go): the bound of a
+# dead holder's recovery.
+TTL_S = 10.0
 # Sides that are not exclusive locks, by kind: each is compared with its own kind only.
 KIND = {
     "ours-rust-limit3": "semaphore",
@@ -159,7 +178,9 @@ def verdict(ok, figures):
 
 def peer_runs(sides):
     """The runs of a cell that are peers: not ours (module or library), not another kind."""
-    return [s for name, s in sides.items() if name not in OURS and name not in FUNCTIONS and name not in KIND]
+    return [s for name, s in sides.items()
+            if name not in OURS and name not in FUNCTIONS and name not in NODE and name not in GO_OURS
+            and name not in KIND]
 
 
 def p99_target(got, ours):
@@ -281,6 +302,49 @@ def functions_targets(runs):
     return "\n".join(lines)
 
 
+def issue34(runs):
+    """The targets of issue 34: the Node client against the Node peers (node-redlock,
+    redis-semaphore): acquisitions/s at H=0 ≥ 1.3x the best peer's at equal or better
+    fairness, p99 wait at H=10 ms, N ≥ 16 ≤ 0.5x the best peer's, fairness ≥ 0.9 in
+    every cell."""
+    lines = []
+    for ours in NODE:
+        got = {cell: sides for cell, sides in cells(runs).items() if ours in sides}
+        if not got:
+            continue
+        lines.append(f"\n**{LABELS[ours]}**\n")
+        fast = []
+        for c, s in got.items():
+            peers = [s[p] for p in NODE_PEERS if p in s]
+            if c[0] == 0 and c[1] >= 4 and peers:
+                best = max(peers, key=lambda r: r["rate"])
+                fast.append((c, s[ours]["rate"] / max(best["rate"], 1e-9), s[ours]["fairness"], best))
+        if fast:
+            lines.append(
+                "- Acquisitions/s at H=0 ≥ 1.3x the best Node peer's, at equal or better fairness: "
+                + verdict(all(r >= 1.3 and f >= b["fairness"] for _, r, f, b in fast),
+                          fmt_cells((c, f"{r:.2f}x {b['side']}, fairness {f:.2f} against {b['fairness']:.2f}")
+                                    for c, r, f, b in fast)))
+        slow = []
+        for c, s in got.items():
+            peers = [s[p] for p in NODE_PEERS if p in s]
+            if c[0] == 10 and c[1] >= 16 and peers:
+                best = min(peers, key=lambda r: r["p99_ms"])
+                slow.append((c, s[ours]["p99_ms"], best["p99_ms"], best["side"]))
+        if slow:
+            lines.append(
+                "- p99 wait at H=10 ms, N ≥ 16 ≤ 0.5x the best Node peer's: "
+                + verdict(all(o <= 0.5 * b for _, o, b, _ in slow),
+                          fmt_cells((c, f"{o:.1f} ms against {b:.1f} ms ({p}), {o / max(b, 1e-9):.2f}x")
+                                    for c, o, b, p in slow)))
+        fair = [(c, s[ours]["fairness"]) for c, s in got.items()]
+        lines.append(
+            "- Fairness ≥ 0.9 in every cell: "
+            + verdict(all(f >= 0.9 for _, f in fair),
+                      f"lowest {min(f for _, f in fair):.2f}; " + fmt_cells((c, f"{f:.2f}") for c, f in fair)))
+    return "\n".join(lines)
+
+
 def issue25(runs):
     """The targets of issue 25: our Rust client against Redisson and redsync, kind by
     kind, one line per target and peer, with the measured figures."""
@@ -338,6 +402,53 @@ def issue25(runs):
     return "\n".join(lines)
 
 
+def issue32(runs, dead):
+    """The targets of issue 32: the Go client (module and library) against redsync and
+    bsm/redislock, one line per target, with the measured figures."""
+    lines = []
+    by_cell = cells(runs)
+    for ours in GO_OURS:
+        got = {cell: sides for cell, sides in by_cell.items() if ours in sides}
+        if not got:
+            continue
+        lines.append(f"\n**{LABELS[ours]}**\n")
+        fast = []
+        for cell, sides in got.items():
+            peers = [sides[p] for p in GO_PEERS if p in sides]
+            if cell[0] != 0 or not peers:
+                continue
+            best = max(peers, key=lambda r: r["rate"])
+            o = sides[ours]
+            fast.append((cell, o["rate"] / max(best["rate"], 1e-9), o["fairness"], best["fairness"], best["side"]))
+        if fast:
+            lines.append(
+                "- Acquisitions/s at H=0 ≥ 1.3x the best Go peer's, at equal or better fairness: "
+                + verdict(all(r >= 1.3 and fo >= fb for _, r, fo, fb, _ in fast),
+                          fmt_cells((c, f"{r:.2f}x {b}, fairness {fo:.2f} against {fb:.2f}")
+                                    for c, r, fo, fb, b in fast)))
+        slow = [(c, s[ours]["p99_ms"], min(s[p]["p99_ms"] for p in ("redsync", "redsync-tuned") if p in s))
+                for c, s in got.items() if c[0] == 10 and c[1] >= 16 and ("redsync" in s or "redsync-tuned" in s)]
+        if slow:
+            lines.append(
+                "- p99 wait at H=10 ms, N ≥ 16 ≤ 0.5x redsync's (the better of its two settings): "
+                + verdict(all(o <= 0.5 * b for _, o, b in slow),
+                          fmt_cells((c, f"{o:.1f} ms against {b:.1f} ms, {o / max(b, 1e-9):.2f}x") for c, o, b in slow)))
+        fair = [(cell, sides[ours]["fairness"]) for cell, sides in got.items()]
+        lines.append(
+            "- Fairness (min/max per client) ≥ 0.9 in every cell: "
+            + verdict(all(f >= 0.9 for _, f in fair),
+                      f"lowest {min(f for _, f in fair):.2f}; " + fmt_cells((c, f"{f:.2f}") for c, f in fair)))
+        recovery = [d for d in dead if d["side"] == ours]
+        if recovery:
+            d = recovery[0]
+            after = d["next_grant_s"]
+            lines.append(
+                f"- A dead holder's lock recovered within the TTL ({TTL_S:g} s): "
+                + verdict(after is not None and after <= TTL_S,
+                          "no grant" if after is None else f"next grant {after:.2f} s after the kill"))
+    return "\n".join(lines)
+
+
 def dead_table(dead):
     rows = ["| side | held before the kill (s) | next client granted after the kill (s) |", "|---|---|---|"]
     for d in dead:
@@ -364,14 +475,15 @@ def write(results, path):
         if MARKER in text:
             kept = text.split(MARKER, 1)[1]
     runs = results["runs"]
+    etcd = ("" if m["etcd"] == "not run" else
+            f"etcd {m['etcd']} (Debian's etcd-server, defaults: one member, WAL fsynced to disk), ")
     parts = [
         "# redis-lock against the locks users would pick instead",
         "",
         f"Produced by `make bench-peers` (bench/peers/) on {m['date']}, at commit "
         f"{m.get('commit', 'unknown')} (module and harness), on a shared machine: "
         f"{m['nproc']} cores ({m['cpu']}), Linux {m['kernel']}, Redis {m['redis']} (module release "
-        f"build, no persistence), etcd {m['etcd']} (Debian's etcd-server, defaults: one member, WAL "
-        f"fsynced to disk), Python {m['python']} with {libs}. Other developers were compiling "
+        f"build, no persistence), {etcd}Python {m['python']} with {libs}. Other developers were compiling "
         "on the same 2 cores at the same time: timings are noisy, server CPU and requests per "
         "acquisition less so.",
         "",
@@ -410,12 +522,24 @@ def write(results, path):
         "more; their fairness is taken within readers and within writers.",
         issue25(runs),
         "",
+        "## Issue 34: the Node client against node-redlock and redis-semaphore (ratios within this run)",
+        issue34(runs),
+        "",
+        "## Issue 32: the Go client against redsync and bsm/redislock (ratios within this run)",
+        "",
+        "Every Go side runs its N clients in one process (bench/peers/go), each client with a "
+        "go-redis client of its own. bsm/redislock waits as its example does (a linear "
+        "backoff between tries, until the TTL when the context has no deadline, then the client "
+        "asks again); it does not renew.",
+        issue32(runs, results.get("dead_holder", [])),
+        "",
         "## A holder killed mid-hold",
         "",
         "A holder takes the lock (hold: 10 min) and is SIGKILLed; a waiter queued behind it "
         "measures the time from the kill to its grant. Our holder asked with a TTL of 10 s (the "
-        "harness does not renew); Redisson's holder runs its watchdog (30 s lease, renewed every "
-        "10 s); redsync's lock expires after its default 8 s.",
+        "harness does not renew; the Go client renews it every 3.3 s); Redisson's holder runs its "
+        "watchdog (30 s lease, renewed every 10 s); redsync's lock expires after its default 8 s, "
+        "bsm/redislock's after the 10 s it was asked for.",
         "",
         dead_table(results.get("dead_holder", [])),
         "",

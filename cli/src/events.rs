@@ -127,7 +127,7 @@ impl Subscriber for RenewalFailures {
     fn event(&self, event: &Event<'_>) {
         let mut fields = Fields::default();
         event.record(&mut fields);
-        // The client crate's words (client/src/renew.rs).
+        // The client crate's words (client/src/held/renew.rs).
         if fields.message == "lock renewal failed" && !self.quiet {
             line(format_args!(
                 "{} renew failed for {}: {} ({} ms of the lease left)",

@@ -49,32 +49,49 @@
 
 #![deny(missing_docs)]
 
-mod aio;
+mod async_commands;
 mod backend;
-mod blocking;
+mod blocking_client;
+mod commands;
 mod connector;
+mod drive;
 mod error;
+mod held;
+mod info;
 mod lease;
+mod limits;
 mod lock;
+mod lock_client;
 mod machine;
 mod redlock;
-mod renew;
 mod request;
 mod sentinel;
-mod sync;
+mod wait;
 
-pub use aio::{AsyncLockCommands, AsyncLockGuard};
+pub use async_commands::AsyncLockCommands;
 pub use backend::{function_load, library_script, Backend, LIBRARY_SOURCE};
-pub use blocking::BlockingLockClient;
-pub use connector::{Connector, LockClient, WAIT_MARGIN};
+pub use blocking_client::{BlockingLockClient, BlockingLockGuard};
+pub use commands::{LockCommands, LockGuard};
+pub use connector::Connector;
 pub use error::{Error, Result};
+pub use held::guard::AsyncLockGuard;
+pub use held::renew::{AsyncRenewer, Renewer, STOP_LIMIT};
+pub use held::run::Locked;
+pub use info::{Holder, LockInfo, Mode, Owner, Waiter};
 pub use lease::{margin, LockLost, LossCause};
-pub use lock::{Holder, Lock, LockInfo, Mode, Owner, Waiter};
+pub use limits::{MAX_MILLIS, MAX_PERMITS, WAIT_MARGIN};
+pub use lock::Lock;
+pub use lock_client::LockClient;
 pub use redis_lock_core::protocol::{
     is_library_queue_key, LIBRARY_VERSION, LIBRARY_VERSIONS, MIN_LIBRARY_VERSION,
 };
 pub use redlock::{MultiLock, Redlock};
-pub use renew::{AsyncRenewer, Renewer, STOP_LIMIT};
-pub use request::{fresh_owner, Durable, Request, Retry, Wait, MAX_MILLIS, MAX_PERMITS};
+pub use request::{fresh_owner, Durable, Request, Retry};
 pub use sentinel::Sentinel;
-pub use sync::{LockCommands, LockGuard, Locked};
+pub use wait::Wait;
+
+/// The examples of docs/rust-client.md, compiled as doctests so the page cannot drift
+/// from the crate.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/rust-client.md")]
+struct RustClientPage;

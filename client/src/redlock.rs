@@ -27,10 +27,11 @@ use std::time::{Duration, Instant};
 
 use redis::{Client, Connection};
 
+use crate::commands::LockCommands;
 use crate::error::{Error, Result};
-use crate::request::{ttl_millis, Request, Retry};
-use crate::sync::LockCommands;
-use crate::Lock;
+use crate::limits::ttl_millis;
+use crate::lock::Lock;
+use crate::request::{fresh_owner, Request, Retry};
 
 /// A lock held on a majority of the Redlock servers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,7 +208,7 @@ impl Redlock {
     /// unless the lock is held.
     pub fn try_acquire(&mut self, key: &str, ttl: Duration) -> Result<Option<MultiLock>> {
         ttl_millis(ttl)?;
-        let owner = crate::request::fresh_owner();
+        let owner = fresh_owner();
         let started = Instant::now();
         let answers = self.on_every_server(|_, con| {
             let request = Request::new(key, ttl)

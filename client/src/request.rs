@@ -1,98 +1,18 @@
-//! What to ask the server for: the request, the wait, the retry policy, and the
-//! commands they become.
+//! What to ask the server for: the request and its retry policy.
 
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use redis::{Cmd, RedisError};
+use redis::RedisError;
 
 use redis_lock_core::holdings::Kind;
 use redis_lock_core::protocol;
 
 use crate::backend::Backend;
 use crate::error::{is_connection_error, Error, Result};
+use crate::limits::ttl_millis;
 use crate::lock::Lock;
-
-/// The largest TTL or timeout the server accepts: 2^62 - 1 ms, the module's own
-/// bound (`redis_lock_core::protocol`).
-pub const MAX_MILLIS: u64 = protocol::MAX_MILLIS;
-
-/// How long an acquire may wait in the server's FIFO queue for a busy lock.
-///
-/// A [`Duration`] converts into `Wait::For` (so zero is `Wait::No`, never "forever").
-///
-/// ```
-/// use std::time::{Duration, Instant};
-/// use redis_lock_client::Wait;
-///
-/// let _ = Wait::No; // answer at once: the lock, or None if it is busy
-/// let _ = Wait::For(Duration::from_secs(10));
-/// let _ = Wait::Forever;
-/// // What is left of a deadline; `Wait::No` once it has passed.
-/// let _ = Wait::until(Instant::now() + Duration::from_secs(3));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Wait {
-    /// Do not wait: `None` at once if the lock is busy.
-    #[default]
-    No,
-    /// Wait up to this long, rounded up to whole milliseconds (so 0.3 ms waits 1 ms).
-    /// `Wait::For(Duration::ZERO)` is `Wait::No`.
-    For(Duration),
-    /// Wait without limit.
-    Forever,
-}
-
-impl Wait {
-    /// The time left until `deadline`; [`Wait::No`] if it has passed.
-    pub fn until(deadline: Instant) -> Wait {
-        Wait::For(deadline.saturating_duration_since(Instant::now()))
-    }
-
-    /// The argument of `WAIT`, if any: `Some(0)` waits forever.
-    pub(crate) fn millis(self) -> Result<Option<u64>> {
-        match self {
-            Wait::No => Ok(None),
-            Wait::For(d) if d.is_zero() => Ok(None),
-            Wait::For(d) => Ok(Some(ceil_millis(d, "wait")?)),
-            Wait::Forever => Ok(Some(0)),
-        }
-    }
-
-    /// True unless the acquire answers at once.
-    pub(crate) fn waits(self) -> bool {
-        !matches!(self, Wait::No) && self != Wait::For(Duration::ZERO)
-    }
-}
-
-impl From<Duration> for Wait {
-    fn from(wait: Duration) -> Wait {
-        Wait::For(wait)
-    }
-}
-
-/// Whole milliseconds of `d`, rounded up; an error over the server's 2^62 ms.
-pub(crate) fn ceil_millis(d: Duration, what: &str) -> Result<u64> {
-    let ms = d.as_nanos().div_ceil(1_000_000);
-    u64::try_from(ms)
-        .ok()
-        .filter(|&ms| ms <= MAX_MILLIS)
-        .ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "{what} of {d:?} is out of range: at most {MAX_MILLIS} ms"
-            ))
-        })
-}
-
-/// A TTL in whole milliseconds (rounded up), checked before anything is sent.
-pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64> {
-    if ttl.is_zero() {
-        return Err(Error::InvalidArgument(
-            "ttl must be positive: a lock of 0 ms would be gone before it is granted".into(),
-        ));
-    }
-    ceil_millis(ttl, "ttl")
-}
+use crate::wait::Wait;
 
 /// What to ask for: a key, a TTL, maybe a wait, a given owner, a retry policy,
 /// durability.
@@ -122,9 +42,6 @@ pub struct Request {
     pub(crate) limit: Option<u32>,
     pub(crate) backend: Backend,
 }
-
-/// The most permits `LIMIT` takes: 2^31.
-pub const MAX_PERMITS: u32 = protocol::MAX_PERMITS;
 
 /// How many replicas must acknowledge a grant, and how long to wait for them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -289,7 +206,11 @@ impl Request {
 
     /// The kind of holding asked for.
     pub(crate) fn kind(&self) -> Kind {
-        crate::machine::kind(self.shared, self.limit)
+        match (self.shared, self.limit) {
+            (_, Some(limit)) => Kind::Shared { limit: Some(limit) },
+            (true, None) => Kind::Shared { limit: None },
+            (false, None) => Kind::Exclusive,
+        }
     }
 
     /// The TTL as the server gets it, whole milliseconds.
@@ -338,27 +259,6 @@ pub(crate) enum Next {
     /// Give up with this error, after withdrawing what the request may have left
     /// (its replies do not matter) if `true`.
     Fail(Error, bool),
-}
-
-/// The release of `owner`'s holding at `key`, on `backend`.
-pub(crate) fn release_of(backend: Backend, key: &str, owner: &str) -> Result<Cmd> {
-    let args = protocol::owner_args(owner.as_bytes())
-        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
-    Ok(backend.call("lock_release", Some(key), &args))
-}
-
-pub(crate) fn release_command(lock: &Lock) -> Result<Cmd> {
-    release_of(lock.backend, &lock.key, &lock.owner)
-}
-
-pub(crate) fn extend_command(lock: &Lock, ttl: Duration) -> Result<Cmd> {
-    let args = protocol::extend_args(lock.owner.as_bytes(), ttl_millis(ttl)?)
-        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
-    Ok(lock.backend.call("lock_extend", Some(&lock.key), &args))
-}
-
-pub(crate) fn info_command(backend: Backend, key: &str) -> Cmd {
-    backend.call("lock_info", Some(key), &[])
 }
 
 /// How often and how long to retry a command whose reply was lost.
@@ -415,35 +315,12 @@ mod tests {
     }
 
     #[test]
-    fn a_wait_under_a_millisecond_rounds_up_and_never_means_forever() {
-        assert_eq!(
-            Wait::For(Duration::from_micros(300)).millis().unwrap(),
-            Some(1)
-        );
-        assert_eq!(
-            Wait::For(Duration::from_micros(1500)).millis().unwrap(),
-            Some(2)
-        );
-        assert_eq!(Wait::For(Duration::ZERO).millis().unwrap(), None);
-        assert_eq!(Wait::No.millis().unwrap(), None);
-        assert_eq!(Wait::Forever.millis().unwrap(), Some(0));
-        let past = Instant::now() - Duration::from_secs(1);
-        assert_eq!(Wait::until(past).millis().unwrap(), None);
-        assert!(!Wait::until(past).waits());
-        assert_eq!(
-            Wait::from(Duration::ZERO).millis().unwrap(),
-            None,
-            "zero is no wait"
-        );
-    }
-
-    #[test]
     fn ttls_and_waits_out_of_range_are_refused_before_sending() {
         let zero = Request::new("job", Duration::ZERO).check();
         assert!(matches!(zero, Err(Error::InvalidArgument(m)) if m.contains("ttl")));
         let huge = Request::new("job", Duration::MAX).check();
         assert!(matches!(huge, Err(Error::InvalidArgument(m)) if m.contains("out of range")));
-        let max = Request::new("job", Duration::from_millis(MAX_MILLIS)).check();
+        let max = Request::new("job", Duration::from_millis(crate::limits::MAX_MILLIS)).check();
         assert!(max.is_ok());
         // 2^62 ms is one over what the module takes (it refuses it).
         let over = Request::new("job", Duration::from_millis(1 << 62)).check();

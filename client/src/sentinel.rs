@@ -7,7 +7,10 @@ use redis::aio::MultiplexedConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{ConnectionInfo, IntoConnectionInfo, RedisResult};
 
-use crate::connector::{Connector, CONNECT_LIMIT};
+use crate::connector::Connector;
+use crate::drive::tokio::timed_out;
+use crate::error::Result;
+use crate::limits::CONNECT_LIMIT;
 
 /// The master that Redis Sentinel names `master`, found through `sentinels`.
 ///
@@ -46,7 +49,7 @@ impl Sentinel {
     pub fn new<T: IntoConnectionInfo>(
         sentinels: impl IntoIterator<Item = T>,
         master: impl Into<String>,
-    ) -> crate::Result<Sentinel> {
+    ) -> Result<Sentinel> {
         let sentinels = sentinels
             .into_iter()
             .map(IntoConnectionInfo::into_connection_info)
@@ -75,7 +78,7 @@ impl Sentinel {
     }
 
     /// A client for the master as the sentinels name it now (blocking).
-    pub fn master_client(&self) -> crate::Result<redis::Client> {
+    pub fn master_client(&self) -> Result<redis::Client> {
         Ok(self.sentinel_client()?.get_client()?)
     }
 }
@@ -89,7 +92,7 @@ impl Connector for Sentinel {
         let mut ask = self.sentinel_client()?;
         let master = match tokio::time::timeout(CONNECT_LIMIT, ask.async_get_client()).await {
             Ok(master) => master?,
-            Err(elapsed) => return Err(crate::aio::timed_out(elapsed)),
+            Err(elapsed) => return Err(timed_out(elapsed)),
         };
         master.connect(response_timeout).await
     }

@@ -3,8 +3,10 @@ module redis-lock/bench/peers/go
 go 1.26.0
 
 require (
+	github.com/bsm/redislock v0.9.4
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
+	redis-lock/go/redislock v0.0.0
 )
 
 require (
@@ -12,3 +14,5 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
+
+replace redis-lock/go/redislock => ../../../go

@@ -1,6 +1,7 @@
-// Command redsync-peer is the redsync side of `make bench-peers` (bench/peers/):
-// N clients in one process, each with a go-redis client (a pool) and a redsync of
-// its own, looping Lock → hold → Unlock on one mutex.
+// Command go-peer is the Go sides of `make bench-peers` (bench/peers/): N clients
+// in one process, each with a go-redis client (a pool) and a lock library of its
+// own, looping acquire → hold → release on one lock. The library is -lib: redsync
+// (redsync.go), bsm/redislock (bsm.go), or this repository's client (ours.go).
 //
 // It speaks the protocol of bench/peers/clients.py and bench/src/peer.rs: it prints
 // `ready` once every client is connected, reads `go <t0> <t1> [first]` from stdin,
@@ -23,8 +24,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-redsync/redsync/v4"
-	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	goredislib "github.com/redis/go-redis/v9"
 )
 
@@ -73,23 +72,18 @@ func (r *record) report(t1 float64) report {
 	return out
 }
 
-// options are redsync's defaults (8 s expiry, 32 tries, a random 50–250 ms delay
-// between them), or with -tuned a try every millisecond without giving up: the
-// setting a user who measures latency would reach for.
-func options(tuned bool) []redsync.Option {
-	if !tuned {
-		return nil
-	}
-	return []redsync.Option{
-		redsync.WithTries(math.MaxInt32),
-		redsync.WithRetryDelay(time.Millisecond),
-	}
+// side is one client's lock, as its library's documentation shows it: acquire
+// returns nil once the client holds it, errRetry when the library gave up waiting
+// (the client asks again, and the wait goes on), or another error.
+type side interface {
+	acquire(ctx context.Context) error
+	release(ctx context.Context) error
 }
 
-func client(addr, key string, hold time.Duration, tuned bool, t0, t1 float64, first bool, rec *record, done chan<- struct{}) {
+var errRetry = errors.New("the library gave up waiting")
+
+func client(s side, hold time.Duration, t0, t1 float64, first bool, rec *record, done chan<- struct{}) {
 	ctx := context.Background()
-	rdb := goredislib.NewClient(&goredislib.Options{Addr: addr})
-	mutex := redsync.New(goredis.NewPool(rdb)).NewMutex(key, options(tuned)...)
 	sleepUntil(t0)
 	for {
 		asked := now()
@@ -101,13 +95,8 @@ func client(addr, key string, hold time.Duration, tuned bool, t0, t1 float64, fi
 			rec.waitingSince = asked
 		}
 		rec.mu.Unlock()
-		if err := mutex.LockContext(ctx); err != nil {
-			// redsync gave up after its tries (v4.18 says so with *ErrTaken when
-			// its last try found the lock taken, else ErrFailed): the client asks
-			// again and the wait goes on (as clients.py does when acquire returns
-			// False). Anything else is an error.
-			var taken *redsync.ErrTaken
-			if !errors.Is(err, redsync.ErrFailed) && !errors.As(err, &taken) {
+		if err := s.acquire(ctx); err != nil {
+			if !errors.Is(err, errRetry) {
 				rec.mu.Lock()
 				rec.errors++
 				rec.mu.Unlock()
@@ -118,7 +107,7 @@ func client(addr, key string, hold time.Duration, tuned bool, t0, t1 float64, fi
 		granted := now()
 		if granted > t1 {
 			// The report (printed a little after t1) counts this wait as open at t1.
-			_, _ = mutex.UnlockContext(ctx)
+			_ = s.release(ctx)
 			return
 		}
 		rec.mu.Lock()
@@ -138,7 +127,7 @@ func client(addr, key string, hold time.Duration, tuned bool, t0, t1 float64, fi
 		rec.heldS += math.Min(finished, t1) - granted
 		rec.holdingSince = 0
 		rec.mu.Unlock()
-		if _, err := mutex.UnlockContext(ctx); err != nil {
+		if err := s.release(ctx); err != nil {
 			rec.mu.Lock()
 			rec.errors++
 			rec.mu.Unlock()
@@ -151,7 +140,9 @@ func main() {
 	key := flag.String("key", "bench:peers", "the lock every client contends for")
 	holdMs := flag.Int("hold-ms", 0, "how long each grant is held, ms")
 	clients := flag.Int("clients", 1, "clients in this process")
-	tuned := flag.Bool("tuned", false, "retry every 1 ms without giving up")
+	lib := flag.String("lib", "redsync", "the lock library: redsync, bsm or ours")
+	tuned := flag.Bool("tuned", false, "redsync, bsm: retry every 1 ms without giving up")
+	backend := flag.String("backend", "auto", "ours: the backend (auto, module, functions, scripts)")
 	flag.Parse()
 
 	addr := fmt.Sprintf("127.0.0.1:%d", *port)
@@ -181,7 +172,23 @@ func main() {
 	done := make(chan struct{}, *clients)
 	for i := range records {
 		records[i] = &record{}
-		go client(addr, *key, time.Duration(*holdMs)*time.Millisecond, *tuned, t0, t1, first, records[i], done)
+		rdb := goredislib.NewClient(&goredislib.Options{Addr: addr})
+		var s side
+		switch *lib {
+		case "redsync":
+			s = newRedsync(rdb, *key, *tuned)
+		case "bsm":
+			s = newBsm(rdb, *key, *tuned)
+		case "ours":
+			s, err = newOurs(rdb, *key, *backend)
+		default:
+			err = fmt.Errorf("-lib %q: expected redsync, bsm or ours", *lib)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		go client(s, time.Duration(*holdMs)*time.Millisecond, t0, t1, first, records[i], done)
 	}
 	end := time.After(time.Duration(math.Max(0, t1-now()) * 1e9))
 	for waiting := *clients; waiting > 0; waiting-- {

@@ -6,7 +6,6 @@
 //! forward while renewals are acknowledged, and ends the lease at once when one
 //! finds the lock gone.
 
-use std::future::Future;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -15,12 +14,13 @@ use redis::aio::ConnectionLike;
 use redis_lock_core::protocol::RENEWAL_DIVISOR;
 use tokio::task::JoinHandle;
 
-use crate::aio::{timed_out, AsyncLockCommands};
-use crate::connector::Connector;
+use super::path::{LockPath, OnConnection};
+use crate::drive::blocking::{drive as drive_blocking, Borrowed};
+use crate::drive::tokio::{drive, timed_out};
 use crate::error::{Error, Result};
 use crate::lease::{Ended, LockLost};
 use crate::lock::Lock;
-use crate::sync::LockCommands;
+use crate::machine::Extend;
 
 /// How often a lock of `ttl` is renewed.
 fn period(ttl: Duration) -> Duration {
@@ -42,58 +42,6 @@ fn attempt_limit(lock: &Lock) -> Duration {
 
 /// How long [`Renewer::stop`] waits for its thread at most.
 pub const STOP_LIMIT: Duration = Duration::from_millis(250);
-
-/// One renewal, on whatever connection the renewer uses.
-pub(crate) trait RenewPath: Send + 'static {
-    fn extend(
-        &mut self,
-        lock: &Lock,
-        ttl: Duration,
-        limit: Duration,
-    ) -> impl Future<Output = Result<bool>> + Send;
-}
-
-/// Renews on a clone of a connection the caller gave (a manager reconnects itself).
-struct Shared<C>(C);
-
-impl<C: ConnectionLike + Clone + Send + Sync + 'static> RenewPath for Shared<C> {
-    async fn extend(&mut self, lock: &Lock, ttl: Duration, limit: Duration) -> Result<bool> {
-        let mut con = self.0.clone();
-        match tokio::time::timeout(limit, con.extend(lock, ttl)).await {
-            Ok(answer) => answer,
-            Err(elapsed) => Err(Error::Connection(timed_out(elapsed))),
-        }
-    }
-}
-
-/// Renews on a connection of its own from a [`Connector`], opened anew after any
-/// failure (a connection that timed out may be black-holed for good).
-pub(crate) struct Fresh<K: Connector> {
-    pub(crate) connector: K,
-    pub(crate) con: Option<K::Connection>,
-}
-
-impl<K: Connector> RenewPath for Fresh<K> {
-    async fn extend(&mut self, lock: &Lock, ttl: Duration, limit: Duration) -> Result<bool> {
-        let attempt = async {
-            if self.con.is_none() {
-                self.con = Some(self.connector.connect(Some(limit)).await?);
-            }
-            match self.con.as_mut() {
-                Some(con) => con.extend(lock, ttl).await,
-                None => Err(Error::UnexpectedReply("no connection".into())),
-            }
-        };
-        let answer = match tokio::time::timeout(limit, attempt).await {
-            Ok(answer) => answer,
-            Err(elapsed) => Err(Error::Connection(timed_out(elapsed))),
-        };
-        if answer.is_err() {
-            self.con = None;
-        }
-        answer
-    }
-}
 
 /// Renews a lock in a tokio task, for async code and any lock or guard.
 ///
@@ -132,10 +80,11 @@ impl AsyncRenewer {
     where
         C: ConnectionLike + Clone + Send + Sync + 'static,
     {
-        AsyncRenewer::spawn(Shared(con), lock)
+        AsyncRenewer::spawn(OnConnection(con), lock)
     }
 
-    pub(crate) fn spawn(path: impl RenewPath, lock: &Lock) -> AsyncRenewer {
+    /// Starts renewing `lock` through `path`.
+    pub(crate) fn spawn(path: impl LockPath, lock: &Lock) -> AsyncRenewer {
         let task = tokio::spawn(renew(path, lock.clone()));
         AsyncRenewer {
             task,
@@ -166,7 +115,10 @@ impl Drop for AsyncRenewer {
     }
 }
 
-async fn renew(mut path: impl RenewPath, lock: Lock) {
+async fn renew<P: LockPath>(path: P, lock: Lock) {
+    // The connection of the last renewal, kept while renewals are answered and
+    // opened anew after any failure: one that timed out may be black-holed for good.
+    let mut con: Option<P::Connection> = None;
     let mut next = lock.lease.last_sent() + period(lock.ttl());
     loop {
         tokio::time::sleep_until(next.min(lock.valid_until()).into()).await;
@@ -174,10 +126,23 @@ async fn renew(mut path: impl RenewPath, lock: Lock) {
             return lapsed(&lock);
         }
         let ttl = lock.ttl();
-        match path.extend(&lock, ttl, attempt_limit(&lock)).await {
+        let limit = attempt_limit(&lock);
+        let attempt = async {
+            let con = match &mut con {
+                Some(con) => con,
+                None => con.insert(path.open(limit).await?),
+            };
+            drive(con, Extend::new(&lock, ttl)).await
+        };
+        let answer = match tokio::time::timeout(limit, attempt).await {
+            Ok(answer) => answer,
+            Err(elapsed) => Err(Error::Connection(timed_out(elapsed))),
+        };
+        match answer {
             Ok(true) => next = lock.lease.last_sent() + period(ttl),
             Ok(false) => return, // logged as lost by the extend
             Err(error) => {
+                con = None;
                 renewal_failed(&lock, &error);
                 next = Instant::now() + retry_delay(ttl);
             }
@@ -300,7 +265,8 @@ fn renew_blocking(client: &redis::Client, lock: &Lock, stopped: &mpsc::Receiver<
         }
         let ttl = lock.ttl();
         let limit = attempt_limit(lock);
-        let attempt = connected(client, &mut con, limit).and_then(|c| c.extend(lock, ttl));
+        let attempt = connected(client, &mut con, limit)
+            .and_then(|c| drive_blocking(&mut Borrowed(c), Extend::new(lock, ttl)));
         match attempt {
             Ok(true) => next = lock.lease.last_sent() + period(ttl),
             Ok(false) => return,

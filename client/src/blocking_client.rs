@@ -4,20 +4,21 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use redis::{RedisResult, Value};
-
 use crate::backend::Backend;
-use crate::connector::{CONNECT_LIMIT, WAIT_MARGIN};
+use crate::drive::blocking::{drive, Owned};
 use crate::error::{Error, Result};
-use crate::lock::{parse_info, Lock, LockInfo};
-use crate::machine::{read_flag, Acquire, Call, Detect, RELEASE_LIMIT};
-use crate::renew::Renewer;
-use crate::request::{info_command, release_of, Request, Wait};
-use crate::sync::{call, drive, extend_on, release_on, Locked, Transport};
+use crate::held::renew::Renewer;
+use crate::held::run::Locked;
+use crate::info::LockInfo;
+use crate::limits::{CONNECT_LIMIT, RELEASE_LIMIT};
+use crate::lock::Lock;
+use crate::machine::{info, Acquire, Detect, Extend, Release};
+use crate::request::Request;
+use crate::wait::Wait;
 
 /// The blocking lock API on connections of its own, opened from a
 /// [`redis::Client`]: every command has a read timeout, so a wait of
-/// `Wait::For(d)` gets no answer for at most `d` plus [`WAIT_MARGIN`], whatever the
+/// `Wait::For(d)` gets no answer for at most `d` plus [`WAIT_MARGIN`](crate::WAIT_MARGIN), whatever the
 /// server or the network does (then [`Error::WaitUnanswered`]), and a release,
 /// extend or info at most a second. It finds out the server's [`Backend`] as
 /// [`LockClient`](crate::LockClient) does.
@@ -44,24 +45,6 @@ pub struct BlockingLockClient {
     detected: Arc<OnceLock<Backend>>,
 }
 
-/// A connection of the client's own, its read timeout set per command.
-struct Owned {
-    con: redis::Connection,
-    /// The read timeout of a command whose step names none.
-    base: Option<Duration>,
-}
-
-impl Transport for Owned {
-    fn send(&mut self, call: &Call, bound: Option<Duration>) -> RedisResult<Value> {
-        let timeout = bound.or(self.base).map(|t| t.max(Duration::from_millis(1)));
-        self.con.set_read_timeout(timeout)?;
-        match call {
-            Call::One(cmd) => cmd.query(&mut self.con),
-            Call::Pipe(pipe) => pipe.query(&mut self.con),
-        }
-    }
-}
-
 impl BlockingLockClient {
     /// Locks through `client`, on the backend the server offers.
     pub fn new(client: redis::Client) -> Self {
@@ -82,9 +65,7 @@ impl BlockingLockClient {
 
     /// A connection whose reads time out after `base` unless a step says otherwise.
     fn connect(&self, base: Option<Duration>) -> Result<Owned> {
-        let con = self.client.get_connection_with_timeout(CONNECT_LIMIT)?;
-        con.set_write_timeout(Some(CONNECT_LIMIT))?;
-        Ok(Owned { con, base })
+        Owned::open(&self.client, base)
     }
 
     /// The backend this client uses, found out on first use.
@@ -108,42 +89,34 @@ impl BlockingLockClient {
     pub fn acquire_with(&self, request: Request) -> Result<Option<Lock>> {
         request.check()?;
         let request = request.backend(self.detect_backend()?);
-        let base = match request.wait {
-            Wait::For(wait) if request.wait.waits() => Some(wait.saturating_add(WAIT_MARGIN)),
-            Wait::Forever => None,
-            _ => Some(CONNECT_LIMIT),
-        };
         let wait = request.wait;
-        let mut con = self.connect(base)?;
-        match (drive(&mut con, Acquire::new(request)?), wait) {
-            (Err(Error::ResponseTimeout(_)), Wait::For(wait)) => Err(Error::WaitUnanswered {
-                wait,
-                margin: WAIT_MARGIN,
-            }),
-            (acquired, _) => acquired,
-        }
+        let mut con = self.connect(wait.response_timeout())?;
+        wait.unanswered(drive(&mut con, Acquire::new(request)?))
     }
 
     /// Extends `lock` to `ttl` on a fresh connection; `false` if it is no longer held.
     pub fn extend(&self, lock: &Lock, ttl: Duration) -> Result<bool> {
-        extend_on(&mut self.connect(Some(RELEASE_LIMIT))?, lock, ttl)
+        drive(
+            &mut self.connect(Some(RELEASE_LIMIT))?,
+            Extend::new(lock, ttl),
+        )
     }
 
     /// Releases `lock` on a fresh connection; `false` if it was no longer held.
     pub fn release(&self, lock: &Lock) -> Result<bool> {
-        release_on(&mut self.connect(Some(RELEASE_LIMIT))?, lock)
+        drive(&mut self.connect(Some(RELEASE_LIMIT))?, Release::new(lock))
     }
 
     /// Ends `owner`'s holding of the lock at `key`; `false` if it held none.
     pub fn release_owner(&self, key: &str, owner: &str) -> Result<bool> {
-        let command = release_of(self.detect_backend()?, key, owner)?;
-        call(&mut self.connect(Some(RELEASE_LIMIT))?, command, read_flag)
+        let release = Release::owner(self.detect_backend()?, key, owner);
+        drive(&mut self.connect(Some(RELEASE_LIMIT))?, release)
     }
 
     /// Who holds the lock at `key`; `None` if it is free.
     pub fn lock_info(&self, key: &str) -> Result<Option<LockInfo>> {
-        let command = info_command(self.detect_backend()?, key);
-        call(&mut self.connect(Some(CONNECT_LIMIT))?, command, parse_info)
+        let info = info(self.detect_backend()?, key);
+        drive(&mut self.connect(Some(CONNECT_LIMIT))?, info)
     }
 
     /// Starts renewing `lock` from a thread with a connection of its own.

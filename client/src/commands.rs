@@ -1,78 +1,20 @@
-//! The blocking API, on any [`redis::ConnectionLike`]: a plain connection, a pooled
-//! one, a cluster connection, or a [`redis::Client`] (a connection per command, so a
-//! wait there has a connection of its own).
+//! [`LockCommands`]: the blocking API on any [`redis::ConnectionLike`]: a plain
+//! connection, a pooled one, a cluster connection, or a [`redis::Client`] (a
+//! connection per command, so a wait there has a connection of its own).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use redis::{Cmd, ConnectionLike, RedisResult, Value};
+use redis::ConnectionLike;
 
 use crate::backend::Backend;
+use crate::drive::blocking::{drive, Borrowed};
 use crate::error::{Error, Result};
-use crate::lock::{parse_info, Lock, LockInfo};
-use crate::machine::{read_flag, Acquire, Call, Detect, Input, Machine, Scripted, Single, Step};
-use crate::request::{extend_command, info_command, release_command, Request, Wait};
-
-/// Sends one command on a blocking connection and reads its reply, within a bound
-/// where the connection can be given one.
-pub(crate) trait Transport {
-    fn send(&mut self, call: &Call, bound: Option<Duration>) -> RedisResult<Value>;
-}
-
-/// The caller's own connection, with the timeouts the caller gave it.
-struct Borrowed<'c, C>(&'c mut C);
-
-impl<C: ConnectionLike> Transport for Borrowed<'_, C> {
-    fn send(&mut self, call: &Call, _bound: Option<Duration>) -> RedisResult<Value> {
-        match call {
-            Call::One(cmd) => cmd.query(self.0),
-            Call::Pipe(pipe) => pipe.query(self.0),
-        }
-    }
-}
-
-/// Drives `machine` to its result with blocking I/O on `io`.
-pub(crate) fn drive<M: Machine>(io: &mut impl Transport, mut machine: M) -> Result<M::Output> {
-    let mut input = Input::Start;
-    loop {
-        match machine.step(input) {
-            Step::Send(cmd, bound) => input = Input::Reply(io.send(&cmd, bound)),
-            Step::Sleep(pause) => {
-                std::thread::sleep(pause);
-                input = Input::Slept;
-            }
-            Step::Done(result) => return result,
-        }
-    }
-}
-
-/// One call on `io`, its reply read by `read`.
-pub(crate) fn call<T>(
-    io: &mut impl Transport,
-    cmd: Cmd,
-    read: fn(Value) -> Result<T>,
-) -> Result<T> {
-    drive(io, Scripted::new(Single::new(cmd, read)))
-}
-
-pub(crate) fn extend_on(io: &mut impl Transport, lock: &Lock, ttl: Duration) -> Result<bool> {
-    if lock.in_another_process() {
-        return Ok(false);
-    }
-    let command = extend_command(lock, ttl)?;
-    let sent = Instant::now();
-    let extended = call(io, command, read_flag)?;
-    lock.extended(extended, sent, ttl);
-    Ok(extended)
-}
-
-pub(crate) fn release_on(io: &mut impl Transport, lock: &Lock) -> Result<bool> {
-    if lock.in_another_process() {
-        return Ok(false);
-    }
-    let released = call(io, release_command(lock)?, read_flag)?;
-    lock.released(released);
-    Ok(released)
-}
+use crate::held::run::Locked;
+use crate::info::LockInfo;
+use crate::lock::Lock;
+use crate::machine::{info, Acquire, Detect, Extend, Release};
+use crate::request::Request;
+use crate::wait::Wait;
 
 /// The lock commands, for every blocking connection. Import the trait and call them
 /// on the connection, as with [`redis::Commands`].
@@ -125,12 +67,12 @@ pub trait LockCommands: ConnectionLike + Sized {
     /// is no longer held by this owner (it is then never re-created, and the lock
     /// reports itself lost).
     fn extend(&mut self, lock: &Lock, ttl: Duration) -> Result<bool> {
-        extend_on(&mut Borrowed(self), lock, ttl)
+        drive(&mut Borrowed(self), Extend::new(lock, ttl))
     }
 
     /// Releases `lock`; `false` if it was no longer held by this owner.
     fn release(&mut self, lock: &Lock) -> Result<bool> {
-        release_on(&mut Borrowed(self), lock)
+        drive(&mut Borrowed(self), Release::new(lock))
     }
 
     /// Who holds the lock at `key`, its TTL, token and waiters; `None` if it is free.
@@ -141,7 +83,7 @@ pub trait LockCommands: ConnectionLike + Sized {
 
     /// [`lock_info`](Self::lock_info) through `backend`.
     fn lock_info_with(&mut self, key: &str, backend: Backend) -> Result<Option<LockInfo>> {
-        call(&mut Borrowed(self), info_command(backend, key), parse_info)
+        drive(&mut Borrowed(self), info(backend, key))
     }
 
     /// Which backend the server offers (`forced`: that one, checked): the module if
@@ -233,47 +175,6 @@ pub trait LockCommands: ConnectionLike + Sized {
 }
 
 impl<C: ConnectionLike> LockCommands for C {}
-
-/// What `run_locked` (blocking and async) reports after the work ran: its result,
-/// whether the lock held to the end, and how the release went. The work's result is
-/// there whatever happened to the lock, so an exactly-once job knows it ran.
-///
-/// ```
-/// # fn report(done: redis_lock_client::Locked<u32>) {
-/// if !done.held_to_end {
-///     eprintln!("the lock was lost mid-way: writes were fenced off");
-/// }
-/// match done.released {
-///     Ok(_) => {}
-///     Err(error) => eprintln!("release failed, the lock lapses with its TTL: {error}"),
-/// }
-/// println!("result {}", done.value);
-/// # }
-/// ```
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct Locked<T> {
-    /// What the work returned.
-    pub value: T,
-    /// True if the lease was still valid when the work ended and the release did not
-    /// find the lock gone; false if it was lost under the work (its writes must have
-    /// been fenced off).
-    pub held_to_end: bool,
-    /// The release's answer: `Ok(true)` released, `Ok(false)` it was already gone,
-    /// `Err` it could not be sent or answered (the lock then lapses with its TTL).
-    pub released: Result<bool>,
-}
-
-impl<T> Locked<T> {
-    pub(crate) fn new(value: T, held: bool, released: Result<bool>) -> Locked<T> {
-        let held_to_end = held && !matches!(released, Ok(false));
-        Locked {
-            value,
-            held_to_end,
-            released,
-        }
-    }
-}
 
 /// A held lock that is released when the guard is dropped.
 ///

@@ -1,0 +1,426 @@
+// Command conformance-adapter drives the Go client for the conformance suite
+// (conformance/ADAPTER.md): one process is one actor of a scenario, speaking JSON
+// lines on stdin and stdout. It uses the client as its users do: a Locker on a
+// go-redis client, Acquire with a context it cancels for `cancel`, the lock's
+// context for the loss.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"redis-lock/go/redislock"
+)
+
+type request struct {
+	ID        int64    `json:"id"`
+	Op        string   `json:"op"`
+	URL       string   `json:"url"`
+	Cluster   []string `json:"cluster"`
+	Username  string   `json:"username"`
+	Password  string   `json:"password"`
+	Backend   string   `json:"backend"`
+	Lock      string   `json:"lock"`
+	Key       string   `json:"key"`
+	TTLMs     int64    `json:"ttl_ms"`
+	Kind      string   `json:"kind"`
+	Limit     int64    `json:"limit"`
+	Wait      string   `json:"wait"`
+	WaitMs    int64    `json:"wait_ms"`
+	Owner     *string  `json:"owner"`
+	Target    int64    `json:"target"`
+	TimeoutMs int64    `json:"timeout_ms"`
+}
+
+// failure is a request's error reply.
+type failure struct {
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
+}
+
+type adapter struct {
+	out   *bufio.Writer
+	outMu sync.Mutex
+
+	mu       sync.Mutex
+	client   redis.UniversalClient
+	locker   *redislock.Locker
+	locks    map[string]*redislock.Lock
+	inflight map[int64]*running
+}
+
+// running is a request under way: how to cancel it, and when it answered.
+type running struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func main() {
+	a := &adapter{out: bufio.NewWriter(os.Stdout), locks: map[string]*redislock.Lock{},
+		inflight: map[int64]*running{}}
+	a.write(map[string]any{"hello": map[string]any{
+		"protocol": 1,
+		"client":   "redis-lock (Go)",
+		"version":  "0.1.0",
+		"capabilities": []string{"module", "functions", "scripts", "force_backend", "cluster", "auth",
+			"owner", "shared", "limit", "wait", "wait_forever", "cancel", "extend", "info", "loss_events",
+			"loss_cause"},
+		"constants": map[string]any{
+			"renewal_divisor":           redislock.RenewalDivisor,
+			"lease_margin_percent":      redislock.LeaseMarginPercent,
+			"lease_margin_min_ms":       redislock.LeaseMarginMin.Milliseconds(),
+			"wait_margin_ms":            redislock.WaitMargin.Milliseconds(),
+			"withdraw_after_timeout_ms": redislock.WithdrawAfterTimeout.Milliseconds(),
+			"release_limit_ms":          redislock.ReleaseLimit.Milliseconds(),
+			"control_limit_ms":          redislock.ControlLimit.Milliseconds(),
+			"library_version":           redislock.LibraryVersion,
+			"min_library_version":       redislock.MinLibraryVersion,
+		},
+	}})
+	in := bufio.NewReader(os.Stdin)
+	var wg sync.WaitGroup
+	for {
+		line, err := in.ReadBytes('\n')
+		if len(strings.TrimSpace(string(line))) > 0 {
+			var r request
+			if jerr := json.Unmarshal(line, &r); jerr != nil || r.ID <= 0 {
+				fmt.Fprintf(os.Stderr, "bad line %q: %v\n", line, jerr)
+			} else if r.Op == "close" {
+				finish(&wg, redislock.ReleaseLimit)
+				a.close()
+				a.reply(r.ID, map[string]any{}, nil)
+				os.Exit(0)
+			} else {
+				wg.Add(1)
+				a.start(&r, &wg)
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				fmt.Fprintln(os.Stderr, "stdin:", err)
+			}
+			break
+		}
+	}
+	a.close()
+	os.Exit(0)
+}
+
+// finish waits for the requests under way, at most limit.
+func finish(wg *sync.WaitGroup, limit time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(limit):
+	}
+}
+
+// start runs r in a goroutine of its own (requests overlap), `open` first.
+func (a *adapter) start(r *request, wg *sync.WaitGroup) {
+	ctx, cancel := context.WithCancel(context.Background())
+	run := &running{cancel: cancel, done: make(chan struct{})}
+	a.mu.Lock()
+	a.inflight[r.ID] = run
+	a.mu.Unlock()
+	handle := func() {
+		defer wg.Done()
+		defer func() {
+			cancel()
+			a.mu.Lock()
+			delete(a.inflight, r.ID)
+			a.mu.Unlock()
+			close(run.done)
+		}()
+		ok, err := a.handle(ctx, r)
+		a.reply(r.ID, ok, err)
+	}
+	if r.Op == "open" {
+		handle() // before anything else is read
+		return
+	}
+	go handle()
+}
+
+func (a *adapter) handle(ctx context.Context, r *request) (any, error) {
+	if r.Op == "open" {
+		return a.open(ctx, r)
+	}
+	a.mu.Lock()
+	locker := a.locker
+	a.mu.Unlock()
+	if locker == nil && r.Op != "cancel" {
+		return nil, badRequest("no open before " + r.Op)
+	}
+	switch r.Op {
+	case "acquire":
+		return a.acquire(ctx, locker, r)
+	case "release":
+		lock, err := a.lock(r.Lock)
+		if err != nil {
+			return nil, err
+		}
+		err = lock.Release(ctx)
+		if errors.Is(err, redislock.ErrNotHeld) {
+			return map[string]any{"released": false}, nil
+		}
+		return map[string]any{"released": err == nil}, err
+	case "extend":
+		lock, err := a.lock(r.Lock)
+		if err != nil {
+			return nil, err
+		}
+		err = lock.Extend(ctx, time.Duration(r.TTLMs)*time.Millisecond)
+		if errors.Is(err, redislock.ErrNotHeld) {
+			return map[string]any{"extended": false}, nil
+		}
+		return map[string]any{"extended": err == nil}, err
+	case "token":
+		lock, err := a.lock(r.Lock)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]any{"token": strconv.FormatInt(lock.Token(), 10), "owner": lock.Owner(), "lost": false}
+		if cause, lost := lossCause(lock); lost {
+			out["lost"], out["cause"] = true, cause
+		}
+		return out, nil
+	case "await_lost":
+		lock, err := a.lock(r.Lock)
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case <-lock.Context().Done():
+		case <-time.After(time.Duration(r.TimeoutMs) * time.Millisecond):
+		}
+		if cause, lost := lossCause(lock); lost {
+			return map[string]any{"lost": true, "cause": cause}, nil
+		}
+		return map[string]any{"lost": false}, nil
+	case "cancel":
+		a.mu.Lock()
+		target := a.inflight[r.Target]
+		a.mu.Unlock()
+		if target != nil {
+			target.cancel()
+			<-target.done
+		}
+		return map[string]any{}, nil
+	case "info":
+		info, err := locker.Info(ctx, r.Key)
+		if err != nil || info == nil {
+			return map[string]any{"info": nil}, err
+		}
+		holders := []map[string]any{}
+		for _, h := range info.Holders {
+			holders = append(holders, map[string]any{"owner": h.Owner, "token": strconv.FormatInt(h.Token, 10),
+				"ttl_ms": h.TTL.Milliseconds()})
+		}
+		return map[string]any{"info": map[string]any{"mode": info.Mode, "waiters": info.Waiters,
+			"holders": holders}}, nil
+	}
+	return nil, &failure{Kind: "unsupported", Message: "unknown op " + r.Op}
+}
+
+func (a *adapter) open(ctx context.Context, r *request) (any, error) {
+	backend, err := redislock.ParseBackend(r.Backend)
+	if r.Backend == "" {
+		backend, err = redislock.Auto, nil
+	}
+	if err != nil {
+		return nil, badRequest(err.Error())
+	}
+	var client redis.UniversalClient
+	if len(r.Cluster) > 0 {
+		var addrs []string
+		for _, seed := range r.Cluster {
+			u, err := url.Parse(seed)
+			if err != nil {
+				return nil, badRequest(err.Error())
+			}
+			addrs = append(addrs, u.Host)
+		}
+		client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: r.Username,
+			Password: r.Password})
+	} else {
+		opt, err := redis.ParseURL(r.URL)
+		if err != nil {
+			return nil, badRequest(err.Error())
+		}
+		if r.Username != "" || r.Password != "" {
+			opt.Username, opt.Password = r.Username, r.Password
+		}
+		client = redis.NewClient(opt)
+	}
+	locker := redislock.New(client, redislock.WithBackend(backend))
+	found, err := locker.Backend(ctx)
+	if err != nil {
+		_ = locker.Close()
+		_ = client.Close()
+		return nil, err
+	}
+	a.mu.Lock()
+	a.client, a.locker = client, locker
+	a.mu.Unlock()
+	return map[string]any{"backend": found.String()}, nil
+}
+
+func (a *adapter) acquire(ctx context.Context, locker *redislock.Locker, r *request) (any, error) {
+	var opts []redislock.AcquireOption
+	switch r.Kind {
+	case "", "exclusive":
+	case "shared":
+		opts = append(opts, redislock.Shared())
+	case "limit":
+		opts = append(opts, redislock.Limit(r.Limit))
+	default:
+		return nil, badRequest("kind " + r.Kind)
+	}
+	if r.Owner != nil {
+		opts = append(opts, redislock.WithOwner(*r.Owner))
+	}
+	ttl := time.Duration(r.TTLMs) * time.Millisecond
+	var lock *redislock.Lock
+	var err error
+	switch r.Wait {
+	case "", "none":
+		lock, err = locker.TryAcquire(ctx, r.Key, ttl, opts...)
+	case "ms":
+		opts = append(opts, redislock.WaitFor(time.Duration(r.WaitMs)*time.Millisecond))
+		lock, err = locker.Acquire(ctx, r.Key, ttl, opts...)
+	case "forever":
+		lock, err = locker.Acquire(ctx, r.Key, ttl, opts...)
+	default:
+		return nil, badRequest("wait " + r.Wait)
+	}
+	if errors.Is(err, redislock.ErrNotObtained) {
+		return map[string]any{"acquired": false}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	a.locks[r.Lock] = lock
+	a.mu.Unlock()
+	go a.watch(r.Lock, lock)
+	return map[string]any{"acquired": true, "token": strconv.FormatInt(lock.Token(), 10), "owner": lock.Owner()}, nil
+}
+
+// watch writes the `lost` event as soon as the lock's context says so.
+func (a *adapter) watch(name string, lock *redislock.Lock) {
+	<-lock.Context().Done()
+	cause, lost := lossCause(lock)
+	if !lost {
+		return // released
+	}
+	a.write(map[string]any{"event": "lost", "lock": name, "cause": cause,
+		"message": context.Cause(lock.Context()).Error()})
+}
+
+// lossCause is the protocol's name of why lock was lost, if it was.
+func lossCause(lock *redislock.Lock) (string, bool) {
+	var lost *redislock.LostError
+	if !errors.As(context.Cause(lock.Context()), &lost) {
+		return "", false
+	}
+	if lost.Reason == redislock.Refused {
+		return "refused", true
+	}
+	return "lease_ran_out", true
+}
+
+func (a *adapter) lock(name string) (*redislock.Lock, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	lock := a.locks[name]
+	if lock == nil {
+		return nil, badRequest("unknown lock " + name)
+	}
+	return lock, nil
+}
+
+func (a *adapter) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.locker != nil {
+		_ = a.locker.Close()
+		_ = a.client.Close()
+	}
+}
+
+func (a *adapter) reply(id int64, ok any, err error) {
+	if err != nil {
+		a.write(map[string]any{"id": id, "error": kindOf(err)})
+		return
+	}
+	a.write(map[string]any{"id": id, "ok": ok})
+}
+
+func (a *adapter) write(line any) {
+	data, err := json.Marshal(line)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "json:", err)
+		return
+	}
+	a.outMu.Lock()
+	defer a.outMu.Unlock()
+	_, _ = a.out.Write(append(data, '\n'))
+	_ = a.out.Flush()
+}
+
+func (f *failure) Error() string { return f.Message }
+
+func badRequest(message string) error { return &failure{Kind: "bad_request", Message: message} }
+
+// kindOf is the protocol's error of err.
+func kindOf(err error) *failure {
+	var f *failure
+	if errors.As(err, &f) {
+		return f
+	}
+	var version *redislock.LibraryVersionError
+	var reply redis.Error
+	kind := "other"
+	switch {
+	case errors.Is(err, context.Canceled):
+		kind = "cancelled"
+	case errors.Is(err, redislock.ErrUnanswered):
+		kind = "wait_unanswered"
+	case errors.As(err, &version) && version.Found < version.Min:
+		kind = "library_too_old"
+	case errors.As(err, &version):
+		kind = "library_too_new"
+	case errors.Is(err, redislock.ErrNoBackend):
+		kind = "no_backend"
+	case errors.Is(err, redislock.ErrInvalidArgument):
+		kind = "invalid_argument"
+	case errors.Is(err, redislock.ErrLockLost):
+		kind = "lock_lost"
+	case errors.As(err, &reply) && strings.HasPrefix(err.Error(), "WRONGTYPE"):
+		kind = "wrong_type"
+	case errors.As(err, &reply):
+		kind = "server"
+	default:
+		var netErr interface{ Timeout() bool }
+		if errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, context.DeadlineExceeded) {
+			kind = "connection"
+		}
+	}
+	return &failure{Kind: kind, Message: err.Error()}
+}

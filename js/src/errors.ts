@@ -1,0 +1,120 @@
+/**
+ * The errors this package throws, each a subclass of {@link LockError}. A server's
+ * own error replies (`ERR …`, `WRONGTYPE …`, `NOPERM …`) reach the caller as the
+ * Redis client's error, unchanged.
+ */
+
+/** The base class of every error this package makes. */
+export class LockError extends Error {
+  override name = "LockError";
+}
+
+/** Why a lock was lost, as {@link LockLostError.why} says. */
+export type LossReason =
+  /** A renewal was answered 0: the server no longer holds it for this owner (it
+   * expired there, was deleted, or another owner holds it now). */
+  | "refused"
+  /** No renewal was acknowledged before the lease's local deadline. */
+  | "expired"
+  /** The holder released it (or its `using` routine ended). */
+  | "released";
+
+/**
+ * The reason of an aborted `lock.signal`: the lock is lost, or soon may be, so the
+ * work under it must stop. `why` says how the client found out; `lastError` is the
+ * last renewal's failure, when one failed.
+ */
+export class LockLostError extends LockError {
+  override name = "LockLostError";
+  constructor(
+    readonly key: string,
+    readonly owner: string,
+    readonly token: bigint,
+    readonly why: LossReason,
+    readonly lastError?: unknown,
+  ) {
+    // No stack: it would show the timer or the reply that found the loss, not the
+    // holder's code, and a release makes one every time (the signal's reason).
+    const limit = Error.stackTraceLimit;
+    Error.stackTraceLimit = 0;
+    super(lossText(key, why, lastError));
+    Error.stackTraceLimit = limit;
+  }
+}
+
+function lossText(key: string, why: LossReason, lastError: unknown): string {
+  switch (why) {
+    case "refused":
+      return `lock ${key} lost: a renewal was answered 0, the server no longer holds it for this owner`;
+    case "released":
+      return `lock ${key} was released`;
+    case "expired": {
+      const last = lastError === undefined ? "" : `; the last renewal failed: ${describe(lastError)}`;
+      return `lock ${key} lost: no renewal was acknowledged before the lease's deadline${last}`;
+    }
+  }
+}
+
+/** An error's message, or the value as text. */
+export function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/**
+ * A wait got no answer within its timeout plus {@link WAIT_MARGIN_MS}: the server
+ * hangs or the network drops everything. The client withdrew the request (closed
+ * the waiting connection, cancelled its place, released a grant that crossed).
+ */
+export class WaitUnansweredError extends LockError {
+  override name = "WaitUnansweredError";
+  constructor(
+    readonly key: string,
+    readonly waitMs: number,
+    readonly marginMs: number,
+  ) {
+    super(
+      `no answer to the wait for lock ${key} within its ${waitMs} ms and the ${marginMs} ms margin: the server hangs or the network is cut; the request was withdrawn`,
+    );
+  }
+}
+
+/** A command got no answer within the client's bound for it. */
+export class CommandTimeoutError extends LockError {
+  override name = "CommandTimeoutError";
+  constructor(
+    readonly command: string,
+    readonly limitMs: number,
+  ) {
+    super(`${command}: no reply within ${Math.round(limitMs)} ms`);
+  }
+}
+
+/** The server has none of the backends (module, library, scripts) this client can use. */
+export class NoBackendError extends LockError {
+  override name = "NoBackendError";
+  constructor(readonly reasons: string) {
+    super(
+      `the server offers no redis-lock backend (${reasons}): load the module (loadmodule libredis_lock.so), or the library (redis-lock functions load, or locks.loadLibrary()), or allow EVALSHA and SCRIPT LOAD`,
+    );
+  }
+}
+
+/** The server's `redislock` library has a version this client does not speak. */
+export class LibraryVersionError extends LockError {
+  override name = "LibraryVersionError";
+  constructor(
+    readonly found: number,
+    readonly min: number,
+    readonly max: number,
+  ) {
+    super(
+      `the server's redislock library is version ${found}; this client speaks versions ${min} to ${max}: load the library this client carries (locks.loadLibrary()) or upgrade the client`,
+    );
+  }
+}
+
+/** A reply that is not what the protocol says, or an integer past 2^53 that the
+ * Redis client turned into an inexact `number` (node-redis 4). */
+export class UnexpectedReplyError extends LockError {
+  override name = "UnexpectedReplyError";
+}
