@@ -25,7 +25,7 @@ mod scenario;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -48,7 +48,7 @@ fn options() -> Result<Options, String> {
         clients: None,
         backends: None,
         scenarios: None,
-        jobs: 3,
+        jobs: 5,
         root: default_root(),
         list: false,
         build: false,
@@ -127,6 +127,10 @@ fn hostname() -> String {
         .map(|h| h.trim().to_string())
         .unwrap_or_default()
 }
+
+/// How many timing scenarios (their checks depend on the clients' timing) run at
+/// once, at most: the others keep the rest of the machine.
+const TIMING_SLOTS: usize = 2;
 
 struct Cell {
     client: usize,
@@ -251,12 +255,11 @@ fn run() -> Result<bool, String> {
         Mutex::new(BTreeMap::new());
     let serial = Mutex::new(0u64);
     let filled = AtomicBool::new(false);
-    let timing = Mutex::new(());
-    let quiet = AtomicUsize::new(0);
+    let timing: [Mutex<()>; TIMING_SLOTS] = Default::default();
     std::thread::scope(|scope| {
         for pool in &pools {
-            let (filled, quiet) = (&filled, &quiet);
-            scope.spawn(move || pool.fill(filled, quiet));
+            let filled = &filled;
+            scope.spawn(move || pool.fill(filled));
         }
         let mut workers = Vec::new();
         for _ in 0..options.jobs {
@@ -265,7 +268,7 @@ fn run() -> Result<bool, String> {
                 // other workers take the rest meanwhile.
                 let (next, slot) = {
                     let mut queue = queue.lock().unwrap_or_else(|e| e.into_inner());
-                    let slot = timing.try_lock().ok();
+                    let slot = timing.iter().find_map(|slot| slot.try_lock().ok());
                     let is_timing = |c: &Cell| scenarios[c.scenario].timing;
                     let position = match slot {
                         Some(_) => queue.iter().position(|(_, c)| is_timing(c)),
@@ -278,7 +281,11 @@ fn run() -> Result<bool, String> {
                 let _slot = match (scenarios[cell.scenario].timing, slot) {
                     (false, _) => None,
                     (true, Some(slot)) => Some(slot),
-                    (true, None) => Some(timing.lock().unwrap_or_else(|e| e.into_inner())),
+                    (true, None) => Some(
+                        timing[index % TIMING_SLOTS]
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner()),
+                    ),
                 };
                 let adapter = &adapters[cell.client];
                 let scenario = &scenarios[cell.scenario];
@@ -295,7 +302,6 @@ fn run() -> Result<bool, String> {
                         let ctx = Context {
                             adapter,
                             pool: &pools[cell.client],
-                            quiet: &quiet,
                             acl: &acl,
                             hello,
                             protocol: &protocol,
@@ -403,9 +409,6 @@ fn run_cell(
     if let Some(why) = skip_reason(backend, scenario, ctx.hello, &ctx.adapter.client) {
         return Outcome::Skipped(why);
     }
-    // A timing run holds the pools' starts (and runs alone among timing runs: the
-    // worker holds the slot).
-    let _quiet = scenario.timing.then(|| Quiet::new(ctx.quiet));
     let started = Instant::now();
     let prefix = format!("conf:{serial}:{}:", scenario.name);
     let mut env = match Env::start(backend, scenario.server.aof, cluster, prefix, ctx.acl) {
@@ -444,22 +447,6 @@ fn run_cell(
             let _ = std::fs::write(ctx.logs.join("failure.txt"), &report);
             Outcome::Failed(report)
         }
-    }
-}
-
-/// Counts a timing run while it lives.
-struct Quiet<'a>(&'a AtomicUsize);
-
-impl<'a> Quiet<'a> {
-    fn new(count: &'a AtomicUsize) -> Quiet<'a> {
-        count.fetch_add(1, Ordering::SeqCst);
-        Quiet(count)
-    }
-}
-
-impl Drop for Quiet<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -6,12 +6,20 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use crate::actor::Actor;
 use crate::registry::Adapter;
+
+/// Waits for a process's hello.
+fn said_hello(actor: &Actor) -> Result<(), String> {
+    actor
+        .hello(Duration::from_secs(60))
+        .map(|_| ())
+        .map_err(|e| format!("{e}; its log:\n{}", actor.log_tail(15)))
+}
 
 /// How many started processes wait for a scenario at most.
 const READY: usize = 12;
@@ -51,7 +59,8 @@ impl Pool {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn start_one(&self) -> Result<Actor, String> {
+    /// Starts a process (its hello not awaited yet).
+    fn spawn_one(&self) -> Result<Actor, String> {
         let n = {
             let mut state = self.state();
             state.started += 1;
@@ -63,32 +72,48 @@ impl Pool {
             .join(&self.adapter.client)
             .join("processes")
             .join(format!("{n}.log"));
-        let actor = Actor::spawn(&self.adapter, &self.root, &format!("process-{n}"), "", &log)?;
-        actor
-            .hello(Duration::from_secs(60))
-            .map_err(|e| format!("{e}; its log:\n{}", actor.log_tail(15)))?;
+        Actor::spawn(&self.adapter, &self.root, &format!("process-{n}"), "", &log)
+    }
+
+    fn start_one(&self) -> Result<Actor, String> {
+        let actor = self.spawn_one()?;
+        said_hello(&actor)?;
         Ok(actor)
     }
 
-    /// An adapter process that said hello, named `name` from now on.
-    pub fn take(&self, name: &str) -> Result<Actor, String> {
-        let ready = self.state().ready.pop_front();
-        let mut actor = match ready {
-            Some(actor) => actor,
-            None => self.start_one()?,
-        };
+    /// Adapter processes that said hello, named `names` from now on: the ready ones
+    /// first, the rest started together.
+    pub fn take(&self, names: &[String]) -> Result<Vec<Actor>, String> {
+        let mut actors = Vec::new();
+        let mut started = Vec::new();
+        for name in names {
+            let ready = self.state().ready.pop_front();
+            match ready {
+                Some(mut actor) => {
+                    actor.name = name.clone();
+                    actors.push(actor);
+                }
+                None => {
+                    let mut actor = self.spawn_one()?;
+                    actor.name = name.clone();
+                    started.push(actor);
+                }
+            }
+        }
         self.changed.notify_all();
-        actor.name = name.to_string();
-        Ok(actor)
+        for actor in started {
+            said_hello(&actor)?;
+            actors.push(actor);
+        }
+        Ok(actors)
     }
 
-    /// Keeps processes ready, one start at a time, until `stop`; none while `quiet`
-    /// counts a timing run.
-    pub fn fill(&self, stop: &AtomicBool, quiet: &AtomicUsize) {
+    /// Keeps processes ready, one start at a time, until `stop`.
+    pub fn fill(&self, stop: &AtomicBool) {
         while !stop.load(Ordering::SeqCst) {
             let wanted = {
                 let state = self.state();
-                state.demand > 0 && state.ready.len() < READY && quiet.load(Ordering::SeqCst) == 0
+                state.demand > 0 && state.ready.len() < READY
             };
             if !wanted {
                 let state = self.state();

@@ -25,10 +25,10 @@ pub struct Scenario {
     /// The backends it runs on (all when absent), and why not on the others.
     #[serde(default)]
     pub backends: Option<Vec<String>>,
+    /// One reason, or one per backend.
     #[serde(default)]
-    pub not_elsewhere: String,
-    /// Its checks depend on the clients' timing: no other such run beside it, no
-    /// adapter process started meanwhile.
+    pub not_elsewhere: Value,
+    /// Its checks depend on the clients' timing: few such runs at once.
     #[serde(default)]
     pub timing: bool,
     #[serde(default)]
@@ -86,10 +86,14 @@ impl Scenario {
         if list.iter().any(|b| b == backend.name()) {
             return None;
         }
-        Some(if self.not_elsewhere.is_empty() {
-            format!("runs on {} only", list.join(", "))
-        } else {
-            self.not_elsewhere.clone()
+        let reason = match &self.not_elsewhere {
+            Value::String(reason) => Some(reason.as_str()),
+            Value::Object(reasons) => reasons.get(backend.name()).and_then(Value::as_str),
+            _ => None,
+        };
+        Some(match reason {
+            Some(reason) => reason.to_string(),
+            None => format!("runs on {} only", list.join(", ")),
         })
     }
 
@@ -158,8 +162,6 @@ pub enum Outcome {
 pub struct Context<'a> {
     pub adapter: &'a Adapter,
     pub pool: &'a crate::pool::Pool,
-    /// Timing runs under way: the pools start no process meanwhile.
-    pub quiet: &'a std::sync::atomic::AtomicUsize,
     /// The `acl` backend's user's rules.
     pub acl: &'a [String],
     pub hello: &'a Hello,
@@ -263,10 +265,14 @@ impl<'a> Run<'a> {
 
     fn start_actors(&mut self) -> Result<(), String> {
         let names = self.scenario.actor_names();
-        for (name, _) in &names {
-            let actor = self.ctx.pool.take(name)?;
-            self.note(format!("{name} is the process of {}", actor.log.display()));
-            self.actors.insert(name.clone(), actor);
+        let wanted: Vec<String> = names.iter().map(|(name, _)| name.clone()).collect();
+        for actor in self.ctx.pool.take(&wanted)? {
+            self.note(format!(
+                "{} is the process of {}",
+                actor.name,
+                actor.log.display()
+            ));
+            self.actors.insert(actor.name.clone(), actor);
         }
         let mut opens = Vec::new();
         for (name, spec) in &names {
