@@ -14,7 +14,7 @@ MODULE    := target/release/libredis_lock.so
 DEBS      := redis-server redis-tools redis-sentinel libclang-dev python3-venv prometheus-redis-exporter dpkg-dev
 PYTHON    ?= python3
 
-.PHONY: all build run install install-build uninstall deb test test-library test-library-scripts test-package test-servers python-test test-js js-build test-go bench bench-peers bench-peers-go demo memcheck fuzz torture failover deps lint clean
+.PHONY: all build run install install-build uninstall deb test test-library test-library-scripts test-package test-servers python-test test-js js-build test-go conformance bench bench-peers bench-peers-go demo memcheck fuzz torture failover deps lint clean
 
 all: build
 
@@ -116,6 +116,7 @@ test: deps
 	$(MAKE) python-test
 	$(MAKE) test-js
 	$(MAKE) test-go
+	$(MAKE) conformance
 	$(MAKE) test-package
 
 # The client's and the CLI's suites again, on a plain redis-server with the
@@ -205,6 +206,20 @@ test-go:
 	  if [ -n "$$unformatted" ]; then echo "gofmt -l: not formatted: $$unformatted"; exit 1; fi
 	cd go && $(GO) vet ./...
 	cd go && $(GO) test -race -count=1 ./...
+
+# The conformance suite (conformance/, its protocol in conformance/ADAPTER.md): every
+# client whose adapter is registered in conformance/adapters/ (built first by its
+# registration's build command) against every backend present (the module; the
+# library; the scripts path on Redis 6.2, REDIS62_SERVER; a 3-master Cluster; an ACL
+# user limited to the library's calls), scenario by scenario; prints the table
+# client x backend x scenario and fails on any FAILED cell. CONFORMANCE_ARGS narrows
+# it: --clients rust --backends module --scenarios fifo_10 --jobs 2.
+CONFORMANCE_ARGS ?=
+# The harness and the Rust adapter build with the workspace's features, as `cargo test
+# --workspace` built the rest (a `-p` build would compile shared dependencies anew).
+conformance: deps
+	$(CARGO) build --workspace --examples --bin lock-conformance
+	REDIS62_SERVER=$(REDIS62_SERVER) $${CARGO_TARGET_DIR:-target}/debug/lock-conformance --build $(CONFORMANCE_ARGS)
 
 # The module's integration tests against other servers, one after another: SERVERS
 # names their binaries (Redis 7.2, 7.4, 8.x, Valkey 8 builds; built apart from this

@@ -17,6 +17,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use redis_lock_core::protocol::{LEASE_MARGIN_MIN_MS, LEASE_MARGIN_PERCENT};
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
@@ -32,7 +33,9 @@ use crate::error::{Error, Result};
 /// assert_eq!(margin(Duration::from_millis(200)), Duration::from_millis(50));
 /// ```
 pub fn margin(ttl: Duration) -> Duration {
-    (ttl / 10).max(Duration::from_millis(50)).min(ttl)
+    (ttl / 100 * LEASE_MARGIN_PERCENT)
+        .max(Duration::from_millis(LEASE_MARGIN_MIN_MS))
+        .min(ttl)
 }
 
 /// The shared state of one holding, seen by every clone of its [`Lock`](crate::Lock).

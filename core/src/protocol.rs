@@ -40,6 +40,90 @@ pub const LIBRARY_VERSIONS: std::ops::RangeInclusive<i64> = MIN_LIBRARY_VERSION.
 /// The longest lease of a queue place (`lock_wait … LEASE ms`).
 pub const MAX_PLACE_LEASE_MS: u64 = 60_000;
 
+// The constants of the client's promise (contract.md "Clients"). Every client of
+// the project uses these values: the Rust client from here, the others from
+// `conformance/protocol.json`, which `tests::protocol_json` writes from this list,
+// and whose values each client's conformance adapter reports back in its hello
+// (conformance/ADAPTER.md).
+
+/// A holding is renewed every TTL / this: at a third of its TTL, so two renewals
+/// can fail (a blip, a reconnect) before the lease runs out.
+pub const RENEWAL_DIVISOR: u32 = 3;
+
+/// The lease ends `lease_margin_ms(ttl)` before *send time + TTL*: this share of the
+/// TTL, in percent, absorbs a holder's clock running up to 10% slow.
+pub const LEASE_MARGIN_PERCENT: u32 = 10;
+
+/// … and at least this many ms, for the wake-up of whoever waits on the loss signal.
+pub const LEASE_MARGIN_MIN_MS: u64 = 50;
+
+/// How long past its timeout a wait may go unanswered before the client gives up on
+/// the server. The server answers a wait that ran out at its end, so the margin only
+/// has to cover the reply's way back on a busy machine: a timed-out `WAIT` or `BLPOP`
+/// is answered up to 1000/`hz` ms late (100 ms at the default `hz 10`), and on the
+/// library the last `BLPOP` is followed by a `lock_wait` and a `lock_cancel`. One
+/// second keeps a loaded server from being taken for a hung one, which would give up
+/// a wait the server was still answering; half a second did not on a loaded 2-core
+/// machine.
+pub const WAIT_MARGIN_MS: u64 = 1_000;
+
+/// How long the withdrawal sent after an unanswered wait may take: the server is
+/// not answering, so it is sent rather than waited for; a wait's whole bound when
+/// the server hangs is its timeout + [`WAIT_MARGIN_MS`] + this.
+pub const WITHDRAW_AFTER_TIMEOUT_MS: u64 = 100;
+
+/// How long a release, an extend outside the renewer, or the withdrawal of an
+/// acquire cancelled or failed for another reason may take before it is given up:
+/// the holding's TTL then ends it.
+pub const RELEASE_LIMIT_MS: u64 = 1_000;
+
+/// How long opening a connection, the backend probe, or an acquire that does not
+/// wait may take.
+pub const CONTROL_LIMIT_MS: u64 = 2_000;
+
+/// How much earlier than *send time + `ttl_ms`* a lease ends:
+/// [`LEASE_MARGIN_PERCENT`] of the TTL, at least [`LEASE_MARGIN_MIN_MS`], never more
+/// than the TTL (a lock that short has no lease time at all).
+pub fn lease_margin_ms(ttl_ms: u64) -> u64 {
+    let share = ttl_ms / 100 * u64::from(LEASE_MARGIN_PERCENT)
+        + ttl_ms % 100 * u64::from(LEASE_MARGIN_PERCENT) / 100;
+    share.max(LEASE_MARGIN_MIN_MS).min(ttl_ms)
+}
+
+/// How often a holding of `ttl_ms` is renewed, at least every ms.
+pub fn renewal_period_ms(ttl_ms: u64) -> u64 {
+    (ttl_ms / u64::from(RENEWAL_DIVISOR)).max(1)
+}
+
+/// `conformance/protocol.json`: the constants above as JSON, for the clients in
+/// other languages and the conformance harness (conformance/ADAPTER.md names each
+/// field). `tests::protocol_json_is_written_from_these_constants` keeps the file
+/// equal to this.
+pub fn protocol_json() -> String {
+    let fields: [(&str, String); 9] = [
+        ("renewal_divisor", RENEWAL_DIVISOR.to_string()),
+        ("lease_margin_percent", LEASE_MARGIN_PERCENT.to_string()),
+        ("lease_margin_min_ms", LEASE_MARGIN_MIN_MS.to_string()),
+        ("wait_margin_ms", WAIT_MARGIN_MS.to_string()),
+        (
+            "withdraw_after_timeout_ms",
+            WITHDRAW_AFTER_TIMEOUT_MS.to_string(),
+        ),
+        ("release_limit_ms", RELEASE_LIMIT_MS.to_string()),
+        ("control_limit_ms", CONTROL_LIMIT_MS.to_string()),
+        ("library_version", LIBRARY_VERSION.to_string()),
+        ("min_library_version", MIN_LIBRARY_VERSION.to_string()),
+    ];
+    let body: Vec<String> = fields
+        .iter()
+        .map(|(name, value)| format!("  \"{name}\": {value}"))
+        .collect();
+    format!(
+        "{{\n  \"comment\": \"written by core/src/protocol.rs (cargo test -p redis-lock-core): do not edit\",\n{}\n}}\n",
+        body.join(",\n")
+    )
+}
+
 /// The suffix of the library's queue hash, the one side key of a lock that is a
 /// hash (docs/PROTOCOL.md, "Keys").
 pub const LIBRARY_QUEUE_SUFFIX: &[u8] = b":lockq";
@@ -270,6 +354,37 @@ mod tests {
         }
         assert_eq!(extend_args(b"", 1), Err(ProtocolError::EmptyOwner));
         assert_eq!(owner_args(b""), Err(ProtocolError::EmptyOwner));
+    }
+
+    #[test]
+    fn protocol_json_is_written_from_these_constants() {
+        // Written, not only compared: a constant changed here reaches the file on the
+        // next `cargo test`, and this test fails once so the change is committed.
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join("conformance")
+            .join("protocol.json");
+        let json = protocol_json();
+        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+        if on_disk != json {
+            std::fs::write(&path, &json).unwrap();
+            panic!(
+                "{} was out of date and is rewritten: commit it",
+                path.display()
+            );
+        }
+    }
+
+    #[test]
+    fn the_lease_margin_is_a_tenth_at_least_50_ms_and_at_most_the_ttl() {
+        assert_eq!(lease_margin_ms(30_000), 3_000);
+        assert_eq!(lease_margin_ms(3_000), 300);
+        assert_eq!(lease_margin_ms(1_234), 123);
+        assert_eq!(lease_margin_ms(200), 50);
+        assert_eq!(lease_margin_ms(20), 20);
+        assert_eq!(lease_margin_ms(MAX_MILLIS), MAX_MILLIS / 10);
+        assert_eq!(renewal_period_ms(3_000), 1_000);
+        assert_eq!(renewal_period_ms(2), 1);
     }
 
     #[test]

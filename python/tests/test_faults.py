@@ -12,9 +12,13 @@ import redis
 import redis.exceptions
 
 from redis_lock_client import Lock
+from redis_lock_client._protocol import WAIT_MARGIN, WITHDRAW_AFTER_TIMEOUT
 
 from servers import BlackHoleProxy, RedisServer, lock_info, wait_until
 from workers import start
+
+#: How far past its timeout a wait on a stopped server may end.
+BOUND = WAIT_MARGIN + WITHDRAW_AFTER_TIMEOUT
 
 
 def test_through_a_black_hole_the_holder_learns_of_the_loss_before_a_rival_is_granted(
@@ -84,10 +88,10 @@ def test_a_wait_on_a_stopped_server_ends_near_its_timeout(
         thread = threading.Thread(target=wait, daemon=True)
         start = time.monotonic()
         thread.start()
-        # The timeout, the read margin (0.5 s) and the withdrawal's bound (0.5 s).
-        thread.join(0.5 + 1.0 + 0.3)
+        # The timeout, the wait margin and the withdrawal's send.
+        thread.join(0.5 + BOUND + 0.3)
         assert not thread.is_alive(), "the wait outlived its timeout on a stopped server"
-        assert time.monotonic() - start < 0.5 + 1.0 + 0.3
+        assert time.monotonic() - start < 0.5 + BOUND + 0.3
         assert len(outcome) == 1 and isinstance(outcome[0], redis.TimeoutError)
     finally:
         server.resume()
@@ -118,10 +122,10 @@ def test_a_server_stopped_midway_through_a_wait_ends_it_near_its_timeout(
     time.sleep(max(1.2 - (time.monotonic() - start), 0))
     server.pause()
     try:
-        # The timeout, the read margin (0.5 s) and the withdrawal's bound (0.5 s).
-        thread.join(2.0 + 1.0 + 0.4)
+        # The timeout, the wait margin and the withdrawal's send.
+        thread.join(2.0 + BOUND + 0.4)
         assert not thread.is_alive(), "the wait outlived its timeout on a stopped server"
-        assert time.monotonic() - start < 2.0 + 1.0 + 0.4
+        assert time.monotonic() - start < 2.0 + BOUND + 0.4
         assert len(outcome) == 1 and isinstance(outcome[0], redis.TimeoutError)
     finally:
         server.resume()

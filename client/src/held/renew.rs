@@ -11,6 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
+use redis_lock_core::protocol::RENEWAL_DIVISOR;
 use tokio::task::JoinHandle;
 
 use super::path::{LockPath, OnConnection};
@@ -23,7 +24,7 @@ use crate::machine::Extend;
 
 /// How often a lock of `ttl` is renewed.
 fn period(ttl: Duration) -> Duration {
-    (ttl / 3).max(Duration::from_millis(1))
+    (ttl / RENEWAL_DIVISOR).max(Duration::from_millis(1))
 }
 
 /// The pause before another try after a failed renewal: short, so that a blip costs

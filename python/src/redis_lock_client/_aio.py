@@ -22,12 +22,13 @@ from ._detect import BackendName, check_backend_name
 from ._errors import LockLostError, backend_missing
 from ._holding import (
     CONTROL_LIMIT,
-    WITHDRAW_LIMIT,
+    RELEASE_LIMIT,
     check_permits,
     check_ttl,
     granted_after_wait,
     new_owner,
     wait_of,
+    withdraw_limit,
 )
 from ._lease import Lease, retry_delay
 
@@ -147,26 +148,26 @@ class _AsyncHolder:
                 raise missing from refusal
             # Refused mid-wait (OOM when collecting a grant the library pushed):
             # the grant or the queue place must not outlive the refusal.
-            await self._withdraw(backend, owner)
+            await self._withdraw(backend, owner, withdraw_limit(refusal))
             raise
-        except BaseException:
+        except BaseException as cut_short:
             # Cancelled or cut short before the caller learnt of a grant: drop the
             # queue place with the connection, and end a grant by the fresh owner.
             await self._drop(read_limit)
             if self._owner == owner:
                 self._forget()
-            await self._withdraw(backend, owner)
+            await self._withdraw(backend, owner, withdraw_limit(cut_short))
             raise
 
     async def _refresh(self, backend: Backend, owner: str, lease: Lease) -> Lease:
         sent = time.monotonic()
         try:
-            conn = self._conn(CONTROL_LIMIT)
+            conn = self._conn(RELEASE_LIMIT)
             extend = backend.extend(self.key, owner, self._ttl_ms)
             if await _io.run_async(extend, _io.on_async(conn)):
                 return Lease(sent, self.ttl)
         except redis.exceptions.RedisError:
-            await self._drop(CONTROL_LIMIT)
+            await self._drop(RELEASE_LIMIT)
         return lease
 
     async def release(self) -> bool:
@@ -179,10 +180,10 @@ class _AsyncHolder:
             raise RuntimeError(f"release of lock {self.key!r}, which this object does not hold")
         self._forget()
         try:
-            conn = self._conn(CONTROL_LIMIT)
+            conn = self._conn(RELEASE_LIMIT)
             return await _io.run_async(backend.release(self.key, owner), _io.on_async(conn))
         except BaseException:
-            await self._drop(CONTROL_LIMIT)
+            await self._drop(RELEASE_LIMIT)
             raise
 
     def _forget(self) -> None:
@@ -195,13 +196,13 @@ class _AsyncHolder:
             self._lease.end()
         self._owner = self._token = self._lease = self._renewer = self._renewal_timer = None
 
-    async def _withdraw(self, backend: Backend, owner: str) -> None:
+    async def _withdraw(self, backend: Backend, owner: str, limit: float) -> None:
         try:
-            conn = self._conn(WITHDRAW_LIMIT)
+            conn = self._conn(limit)
             withdraw = _io.run_async(backend.withdraw(self.key, owner), _io.on_async(conn))
-            await asyncio.wait_for(withdraw, WITHDRAW_LIMIT)
+            await asyncio.wait_for(withdraw, limit)
         except Exception as error:
-            await self._drop(WITHDRAW_LIMIT)
+            await self._drop(limit)
             log.warning("could not withdraw from lock %r (its TTL ends it): %s", self.key, error)
 
     async def locked(self) -> bool:
@@ -310,7 +311,7 @@ class _AsyncHolder:
         was_lost = held and (self._lost.is_set() or not self.owned())
         if held:
             try:
-                await asyncio.wait_for(self.release(), CONTROL_LIMIT)
+                await asyncio.wait_for(self.release(), RELEASE_LIMIT)
             except Exception as release_error:
                 log.warning("release of lock %r failed: %s", self.key, release_error)
         if was_lost and kind is None and self.raise_on_lost:

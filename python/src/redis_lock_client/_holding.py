@@ -8,21 +8,22 @@ import os
 import socket
 import uuid
 
+import redis.exceptions
+
 from ._lease import margin, millis
+from ._protocol import CONTROL_LIMIT, RELEASE_LIMIT, WAIT_MARGIN, WITHDRAW_AFTER_TIMEOUT
 
-#: How much longer than its timeout a wait's read may take before the holder gives
-#: up on the server (a hung server, a cut network): the server answers a timed-out
-#: wait itself, so this only covers the reply's way back.
-WAIT_MARGIN = 0.5
+__all__ = ["CONTROL_LIMIT", "RELEASE_LIMIT", "WAIT_MARGIN"]
 
-#: The longest the withdrawal after a wait cut short may take: a hung server must
-#: not stretch a wait much beyond its timeout (the holding's TTL ends a grant that
-#: could not be withdrawn).
-WITHDRAW_LIMIT = 0.5
 
-#: The longest a release or a non-blocking try may take on the
-#: holder's own connection (a hung server must not hang ``__exit__``).
-CONTROL_LIMIT = 2.0
+def withdraw_limit(error: BaseException) -> float:
+    """How long the withdrawal of an acquire cut short by ``error`` may take: a hung
+    server (a timeout) must not stretch a wait much beyond its timeout and margin,
+    so the withdrawal is only sent; after anything else it may take a release's
+    time. The holding's TTL ends a grant that could not be withdrawn."""
+    if isinstance(error, (redis.exceptions.TimeoutError, TimeoutError)):
+        return WITHDRAW_AFTER_TIMEOUT
+    return RELEASE_LIMIT
 
 
 def new_owner() -> str:

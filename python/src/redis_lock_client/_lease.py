@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 import threading
 
+from ._protocol import LEASE_MARGIN_MIN, LEASE_MARGIN_PERCENT, RENEWAL_DIVISOR
+
 #: The longest TTL or wait the server takes, in ms (2^62 - 1, as the module's).
 MAX_MILLIS = (1 << 62) - 1
 
@@ -33,12 +35,12 @@ def margin(ttl: float) -> float:
     >>> margin(0.2)
     0.05
     """
-    return min(max(ttl / 10, 0.05), ttl)
+    return min(max(ttl * LEASE_MARGIN_PERCENT / 100, LEASE_MARGIN_MIN), ttl)
 
 
 def period(ttl: float) -> float:
     """How often a holding of ``ttl`` seconds is renewed: a third of its TTL."""
-    return max(ttl / 3, 0.001)
+    return max(ttl / RENEWAL_DIVISOR, 0.001)
 
 
 def retry_delay(ttl: float) -> float:

@@ -21,13 +21,11 @@ import redis.exceptions
 
 from ._backend import Arg, Mode, Step, parse_info
 from ._errors import LibraryVersionError
-from ._holding import WAIT_MARGIN
 
-#: The version of the library this client carries (``lock_version``): core's
-#: ``LIBRARY_VERSION`` (core/src/protocol.rs; a test holds the two equal).
-LIBRARY_VERSION = 2
-#: The oldest library version this client accepts: core's ``MIN_LIBRARY_VERSION``.
-MIN_LIBRARY_VERSION = 2
+# Re-exported: the versions are read from here too.
+from ._protocol import LIBRARY_VERSION as LIBRARY_VERSION
+from ._protocol import MIN_LIBRARY_VERSION as MIN_LIBRARY_VERSION
+from ._protocol import WAIT_MARGIN
 
 
 def library_source() -> str:

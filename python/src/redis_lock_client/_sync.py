@@ -19,12 +19,13 @@ from ._detect import BackendName, check_backend_name
 from ._errors import LockLostError, backend_missing
 from ._holding import (
     CONTROL_LIMIT,
-    WITHDRAW_LIMIT,
+    RELEASE_LIMIT,
     check_permits,
     check_ttl,
     granted_after_wait,
     new_owner,
     wait_of,
+    withdraw_limit,
 )
 from ._lease import Lease
 from ._renew import SCHEDULER, Renewal
@@ -61,7 +62,7 @@ class _Holder:
         self._backend: Backend | None = None
         # The holder's own connections, kept between acquires; each is bounded as
         # its use needs (``_conns[limit]``): a wait's read by the wait, a release's
-        # by CONTROL_LIMIT.
+        # by RELEASE_LIMIT.
         self._conns: dict[float | None, AbstractConnection] = {}
         # The process whose holding and connections these are: a forked child has
         # copies of both, and must neither release nor renew the parent's holding
@@ -141,9 +142,9 @@ class _Holder:
                 raise missing from refusal
             # Refused mid-wait (OOM when collecting a grant the library pushed):
             # the grant or the queue place must not outlive the refusal.
-            self._withdraw(backend, owner)
+            self._withdraw(backend, owner, withdraw_limit(refusal))
             raise
-        except BaseException:
+        except BaseException as cut_short:
             # Cut short (an interrupt, a timeout, a dead connection) before the
             # caller learnt of a grant: the server may have granted it, or still
             # queue it. Closing the connection drops a queued waiter; a release by
@@ -151,7 +152,7 @@ class _Holder:
             self._drop(read_limit)
             if self._owner == owner:
                 self._forget()
-            self._withdraw(backend, owner)
+            self._withdraw(backend, owner, withdraw_limit(cut_short))
             raise
 
     def _held(self, backend: Backend, owner: str, token: int, lease: Lease) -> None:
@@ -166,11 +167,11 @@ class _Holder:
     def _refresh(self, backend: Backend, owner: str, lease: Lease) -> Lease:
         sent = time.monotonic()
         try:
-            conn = self._conn(CONTROL_LIMIT)
+            conn = self._conn(RELEASE_LIMIT)
             if _io.run_sync(backend.extend(self.key, owner, self._ttl_ms), _io.on(conn)):
                 return Lease(sent, self.ttl)
         except redis.exceptions.RedisError:
-            self._drop(CONTROL_LIMIT)
+            self._drop(RELEASE_LIMIT)
         return lease
 
     def release(self) -> bool:
@@ -188,10 +189,10 @@ class _Holder:
             raise RuntimeError(f"release of lock {self.key!r}, which this object does not hold")
         self._forget()
         try:
-            conn = self._conn(CONTROL_LIMIT)
+            conn = self._conn(RELEASE_LIMIT)
             return _io.run_sync(backend.release(self.key, owner), _io.on(conn))
         except BaseException:
-            self._drop(CONTROL_LIMIT)
+            self._drop(RELEASE_LIMIT)
             raise
 
     def _forget(self) -> None:
@@ -201,12 +202,12 @@ class _Holder:
             self._renewal.lease.end()
         self._owner = self._token = self._renewal = None
 
-    def _withdraw(self, backend: Backend, owner: str) -> None:
+    def _withdraw(self, backend: Backend, owner: str, limit: float) -> None:
         try:
-            conn = self._conn(WITHDRAW_LIMIT)
+            conn = self._conn(limit)
             _io.run_sync(backend.withdraw(self.key, owner), _io.on(conn))
         except Exception as error:
-            self._drop(WITHDRAW_LIMIT)
+            self._drop(limit)
             log.warning("could not withdraw from lock %r (its TTL ends it): %s", self.key, error)
 
     def locked(self) -> bool:

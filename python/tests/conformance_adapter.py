@@ -1,0 +1,285 @@
+"""The Python client's conformance adapter (conformance/ADAPTER.md).
+
+The harness of ``make conformance`` starts it once per actor
+(``target/venv/bin/python python/tests/conformance_adapter.py``) and drives it with
+JSON lines on stdin; it uses the client as its users do (the asyncio holders, their
+``on_lost`` callback, a cancelled task to cancel a wait) and says what the client
+answered on stdout. Not a test module itself (pytest collects ``test_*.py`` only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from importlib import metadata
+from typing import Any, Union
+
+import redis.asyncio
+import redis.exceptions
+
+from redis_lock_client import (
+    AsyncLock,
+    AsyncReadLock,
+    AsyncReadWriteLock,
+    AsyncSemaphore,
+    LibraryVersionError,
+    LockLostError,
+    NoLockBackendError,
+    _protocol,
+    margin,
+)
+from redis_lock_client._detect import BackendName
+
+Holder = Union[AsyncLock, AsyncReadLock, AsyncSemaphore]
+
+
+class Failure(Exception):
+    """An error reply: a kind of ADAPTER.md and the client's own text."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def write(line: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(line) + "\n")
+    sys.stdout.flush()
+
+
+def hello() -> dict[str, Any]:
+    return {
+        "hello": {
+            "protocol": 1,
+            "client": "redis-lock-client (Python)",
+            "version": metadata.version("redis-lock-client"),
+            "capabilities": [
+                "module",
+                "functions",
+                "scripts",
+                "force_backend",
+                "auth",
+                "shared",
+                "limit",
+                "wait",
+                "wait_forever",
+                "cancel",
+                "info",
+                "loss_events",
+            ],
+            "constants": {
+                "renewal_divisor": _protocol.RENEWAL_DIVISOR,
+                # The lease margin as the client computes it: a share of a long TTL,
+                # and the floor a short one gets.
+                "lease_margin_percent": round(margin(100.0)),
+                "lease_margin_min_ms": round(margin(0.1) * 1000),
+                "wait_margin_ms": round(_protocol.WAIT_MARGIN * 1000),
+                "withdraw_after_timeout_ms": round(_protocol.WITHDRAW_AFTER_TIMEOUT * 1000),
+                "release_limit_ms": round(_protocol.RELEASE_LIMIT * 1000),
+                "control_limit_ms": round(_protocol.CONTROL_LIMIT * 1000),
+                "library_version": _protocol.LIBRARY_VERSION,
+                "min_library_version": _protocol.MIN_LIBRARY_VERSION,
+            },
+        }
+    }
+
+
+def failure_of(error: BaseException, waiting: bool) -> Failure:
+    """The kind of ADAPTER.md for what the client raised."""
+    if isinstance(error, Failure):
+        return error
+    message = f"{type(error).__name__}: {error}"
+    if isinstance(error, LibraryVersionError):
+        newer = error.found > error.maximum
+        return Failure("library_too_new" if newer else "library_too_old", message)
+    if isinstance(error, NoLockBackendError):
+        return Failure("no_backend", message)
+    if isinstance(error, LockLostError):
+        return Failure("lock_lost", message)
+    if isinstance(error, redis.exceptions.ResponseError):
+        kind = "wrong_type" if str(error).startswith("WRONGTYPE") else "server"
+        return Failure(kind, message)
+    if isinstance(error, (redis.exceptions.TimeoutError, asyncio.TimeoutError)):
+        # A wait that got no answer in time: what the client says then.
+        return Failure("wait_unanswered" if waiting else "connection", message)
+    if isinstance(error, redis.exceptions.ConnectionError):
+        return Failure("connection", message)
+    if isinstance(error, (ValueError, TypeError)):
+        return Failure("invalid_argument", message)
+    return Failure("other", message)
+
+
+def field(request: dict[str, Any], name: str) -> Any:
+    if name not in request:
+        raise Failure("bad_request", f"{name} is missing")
+    return request[name]
+
+
+class Adapter:
+    def __init__(self) -> None:
+        self.client: redis.asyncio.Redis | None = None
+        self.backend: BackendName = None
+        self.locks: dict[str, Holder] = {}
+        self.waits: dict[int, asyncio.Task[dict[str, Any]]] = {}
+
+    def redis(self) -> redis.asyncio.Redis:
+        if self.client is None:
+            raise Failure("bad_request", "open first")
+        return self.client
+
+    def holder(self, request: dict[str, Any]) -> Holder:
+        name = field(request, "lock")
+        held = self.locks.get(name)
+        if held is None:
+            raise Failure("bad_request", f"no lock named {name!r}")
+        return held
+
+    async def handle(self, op: str, request: dict[str, Any]) -> dict[str, Any]:
+        if op == "open":
+            return await self.open(request)
+        if op == "acquire":
+            return await self.acquire(request)
+        if op == "release":
+            return {"released": await self.holder(request).release()}
+        if op == "token":
+            held = self.holder(request)
+            lost = held.lost.is_set()
+            reply: dict[str, Any] = {"token": str(held.token), "owner": held.owner, "lost": lost}
+            if lost:
+                reply["cause"] = "unknown"
+            return reply
+        if op == "await_lost":
+            held = self.holder(request)
+            try:
+                await asyncio.wait_for(held.lost.wait(), field(request, "timeout_ms") / 1000)
+            except asyncio.TimeoutError:
+                return {"lost": False}
+            return {"lost": True, "cause": "unknown"}
+        if op == "cancel":
+            task = self.waits.get(int(field(request, "target")))
+            if task is not None and not task.done():
+                task.cancel()
+                # The client's cancellation (its withdrawal) runs in the task.
+                await asyncio.wait([task])
+            return {}
+        if op == "info":
+            return await self.info(request)
+        raise Failure("unsupported", f"no request {op!r}")
+
+    async def open(self, request: dict[str, Any]) -> dict[str, Any]:
+        if "cluster" in request:
+            raise Failure("unsupported", "the client takes no cluster")
+        backend = request.get("backend", "auto")
+        self.backend = None if backend == "auto" else backend
+        self.client = redis.asyncio.Redis.from_url(
+            field(request, "url"),
+            username=request.get("username"),
+            password=request.get("password"),
+        )
+        # The client probes on first use; a holder's probe is that first use.
+        probe = AsyncLock(self.client, "conf:probe", backend=self.backend)
+        found = await probe._probe()
+        return {"backend": found.name}
+
+    async def acquire(self, request: dict[str, Any]) -> dict[str, Any]:
+        if "owner" in request:
+            raise Failure("unsupported", "the client names its own owners")
+        name = field(request, "lock")
+        key = field(request, "key")
+        ttl = field(request, "ttl_ms") / 1000
+
+        def on_lost() -> None:
+            write({"event": "lost", "lock": name, "cause": "unknown", "message": "lock.lost"})
+
+        options: dict[str, Any] = {"on_lost": on_lost, "raise_on_lost": False}
+        kind = request.get("kind", "exclusive")
+        client = self.redis()
+        held: Holder
+        if kind == "exclusive":
+            held = AsyncLock(client, key, ttl, backend=self.backend, **options)
+        elif kind == "shared":
+            held = AsyncReadWriteLock(client, key, ttl, backend=self.backend, **options).read()
+        elif kind == "limit":
+            permits = field(request, "limit")
+            held = AsyncSemaphore(client, key, permits, ttl, backend=self.backend, **options)
+        else:
+            raise Failure("bad_request", f"kind {kind!r}")
+        wait = request.get("wait", "none")
+        if wait == "none":
+            acquired = await held.acquire(blocking=False)
+        elif wait == "forever":
+            acquired = await held.acquire()
+        elif wait == "ms":
+            acquired = await held.acquire(timeout=field(request, "wait_ms") / 1000)
+        else:
+            raise Failure("bad_request", f"wait {wait!r}")
+        if not acquired:
+            return {"acquired": False}
+        self.locks[name] = held
+        return {"acquired": True, "token": str(held.token), "owner": held.owner}
+
+    async def info(self, request: dict[str, Any]) -> dict[str, Any]:
+        found = await AsyncLock(self.redis(), field(request, "key"), backend=self.backend).info()
+        if found is None:
+            return {"info": None}
+        holders = [
+            {"owner": holder["owner"], "token": str(holder["token"])} for holder in found["holders"]
+        ]
+        return {"info": {"mode": found["mode"], "waiters": found["waiters"], "holders": holders}}
+
+    async def answer(self, request_id: int, op: str, request: dict[str, Any]) -> None:
+        try:
+            task = asyncio.ensure_future(self.handle(op, request))
+            if op == "acquire":
+                self.waits[request_id] = task
+            try:
+                ok = await task
+            finally:
+                self.waits.pop(request_id, None)
+            write({"id": request_id, "ok": ok})
+        except asyncio.CancelledError:
+            write(
+                {
+                    "id": request_id,
+                    "error": {"kind": "cancelled", "message": "the wait's task was cancelled"},
+                }
+            )
+        except BaseException as error:
+            waiting = op == "acquire" and request.get("wait", "none") != "none"
+            failed = failure_of(error, waiting)
+            write({"id": request_id, "error": {"kind": failed.kind, "message": str(failed)}})
+
+
+async def main() -> None:
+    write(hello())
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    adapter = Adapter()
+    running: set[asyncio.Task[None]] = set()
+    while True:
+        line = await reader.readline()
+        if not line:
+            break
+        try:
+            request = json.loads(line)
+        except ValueError as error:
+            write({"id": 0, "error": {"kind": "bad_request", "message": str(error)}})
+            continue
+        request_id = int(request.get("id", 0))
+        op = str(request.get("op", ""))
+        if op == "close":
+            write({"id": request_id, "ok": {}})
+            break
+        task = asyncio.ensure_future(adapter.answer(request_id, op, request))
+        running.add(task)
+        task.add_done_callback(running.discard)
+
+
+if __name__ == "__main__":
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(main())
+    sys.stdout.flush()
+    # Leave at once, as a process does: renewal tasks and connections end with it.
+    os._exit(0)
