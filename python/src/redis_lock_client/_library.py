@@ -25,7 +25,7 @@ from ._holding import WAIT_MARGIN
 
 #: The version of the library this client carries (``lock_version``): core's
 #: ``LIBRARY_VERSION`` (core/src/protocol.rs; a test holds the two equal).
-LIBRARY_VERSION = 2
+LIBRARY_VERSION = 3
 #: The oldest library version this client accepts: core's ``MIN_LIBRARY_VERSION``.
 MIN_LIBRARY_VERSION = 2
 
