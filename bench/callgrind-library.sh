@@ -11,6 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 N="${N:-20000}"
+# The library measured (another version's file, to compare: LIBRARY=path).
+LIBRARY="${LIBRARY:-lua/redislock.lua}"
 OWNER="6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2d"
 OTHER="0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
 PYTHON="${PYTHON:-python3}"
@@ -20,8 +22,8 @@ start_callgrind_server
 
 cli() { redis-cli -p "$port" "$@"; }
 pipe() { redis-cli -p "$port" --pipe >/dev/null; }
-cli -x FUNCTION LOAD REPLACE <lua/redislock.lua >/dev/null
-lib_sha=$(tail -n +2 lua/redislock.lua | cli -x SCRIPT LOAD)
+cli -x FUNCTION LOAD REPLACE <"$LIBRARY" >/dev/null
+lib_sha=$(tail -n +2 "$LIBRARY" | cli -x SCRIPT LOAD)
 # redis-py's own scripts, as the installed redis-py has them.
 py_script() { "$PYTHON" -c "import redis.lock; print(redis.lock.Lock.$1)"; }
 py_release=$(cli SCRIPT LOAD "$(py_script LUA_RELEASE_SCRIPT)")

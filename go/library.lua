@@ -10,33 +10,43 @@
 --     `EVALSHA sha 1 key <function name> <arguments...>`: the function name is the
 --     first argument after the keys, the rest is what FCALL would take.
 --
--- Keys (docs/PROTOCOL.md gives the whole design):
---   * the lock key K: a hash, the fields `redislock` (its format: FORMAT) and
---     `mode`, and one field `h:<owner>` per holding
---     ("<token> <expires-at-unix-ms>", then " <limit>" for a holding granted with
---     LIMIT); its Redis expiry is that of the holding that
---     ends last, so DEL K force-releases and Redis removes K when all lapsed;
---   * the queue key `side(K, ':lockq')`: a hash of the format (`redislock`), the
---     token mark (`mark`), the arrival counter (`seq`), the queue places (`w:<owner>`) and the grants not yet
---     collected (`g:<owner>`); it expires MARK_KEEP_MS after the lock's last use;
+-- Keys (docs/PROTOCOL.md gives the whole design), each read and written with the
+-- lookups a call needs, never loaded whole, so a call costs O(1) in the common
+-- cases and O(log n) in holders and waiters otherwise:
+--   * the lock key K: a hash with the format's version (`redislock`, FORMAT) and
+--     either `x` = "<format> <token>[g] <owner>" (the exclusive holding, which
+--     lives as long as K) or one `h:<owner>` = "<token>[g] <expires-at>[ <limit>]"
+--     per shared holding. `g` marks a grant pushed to a waiter and not collected
+--     yet. K expires with the holding that ends last, so DEL K force-releases;
+--   * `side(K, ':lockh')`: a sorted set of the shared holdings by expiry;
+--   * `side(K, ':lockm')`: the token mark, a counter (INCRBY) that expires
+--     MARK_KEEP_MS after it was set from the clock;
+--   * the queue, while somebody waits: `side(K, ':lockq')`, a hash of the format,
+--     the arrival counter (`seq`), when the queue keys expire (`until`) and one
+--     `w:<owner>` = "<lease> <ttl> <x or s> <limit or 0> <queued-at>" per place;
+--     `side(K, ':lockw')`, the places by arrival; `side(K, ':lockl')`, the places
+--     by the time their lease lapses;
 --   * one grant list per waiter, `side(K, ':lockg:' .. owner)`, that the waiter
---     BLPOPs; it expires with the waiter's place.
+--     BLPOPs; it expires with the grant or the place it was pushed for.
 -- Side keys share K's hash slot and start with K (so `~jobs:*` ACL patterns cover
--- them); see `side`.
+-- them); see `side`. Data of versions 1 and 2 (K and the queue hash only, read
+-- whole) is upgraded to this layout by the first call that writes the lock.
 --
--- Time comes from TIME (functions and scripts replicate their effects, so replicas
--- and the AOF get the absolute expiry times written here, never a clock reading).
+-- Time comes from TIME where a call needs it (functions and scripts replicate
+-- their effects, so replicas and the AOF get absolute expiry times, never a clock
+-- reading; on Redis 7 a relative PEXPIRE is replicated as PEXPIREAT too).
 
 -- The version of this library and of its waiting protocol (`lock_version`).
 -- Every change of the stored format or of any reply makes a new version
 -- (docs/PROTOCOL.md, "Versions").
-local VERSION = 2
+local VERSION = 3
 -- The version of the stored format, written in the field `redislock` of the lock
--- hash and of the queue hash: the library version that introduced it. Data
--- without the field is version-1 data, which this format extends (it only adds
--- the field). A hash of a newer format is refused, naming both versions, before
--- anything is written: this library cannot know what a newer one stores.
-local FORMAT = 2
+-- hash and of the queue hash, and at the head of `x`: the library version that
+-- introduced it. Data of an older format is upgraded; a newer one is refused,
+-- naming both versions, before anything is written: this library cannot know
+-- what a newer one stores.
+local FORMAT = 3
+local FORMAT_TEXT = '3'
 local FORMAT_FIELD = 'redislock'
 
 -- contract.md "Commands": TTLs and timeouts up to 2^62 ms (i64::MAX / 2, as the module).
@@ -48,6 +58,8 @@ local MAX_LIMIT = 2147483648
 -- Lua numbers are doubles: absolute times are kept below 2^53 ms (year 287,000),
 -- where they are exact. A longer TTL is accepted and ends there.
 local EXACT = 9007199254740992
+-- A TTL up to this is set as it is (PEXPIRE), ending well before EXACT.
+local RELATIVE_MAX = 4503599627370496
 -- Tokens per millisecond of the clock floor, as the module's.
 local TOKENS_PER_MS = 1000
 -- A queue place's lease when the waiter names none, and the largest it may name.
@@ -60,8 +72,24 @@ local MAX_LEASE_MS = 60000
 -- little late keeps it: BLPOP times out in the event loop, up to 1000/hz ms late
 -- (100 ms at the default hz 10), and the waiter's own machine may be slow to run it.
 local PLACE_GRACE_DIVISOR = 4
--- How long the token mark outlives the lock's last grant, release or queue change.
+-- How long the token mark lives after it was set from the clock; after that the
+-- clock floor covers every token it handed out.
 local MARK_KEEP_MS = 3600000
+-- The queue keys expire this long after the lease of the last place written, so
+-- that a renewal rarely has to move their expiry.
+local QUEUE_KEEP_MS = 600000
+-- At most this many lapsed holdings or places are removed by one call (the next
+-- call removes more); counts of live ones never depend on it.
+local SWEEP = 1000
+-- Arguments per command when a call writes many fields or members (Lua 5.1's
+-- unpack is bounded by its C stack).
+local CHUNK = 512
+-- Redis 7 replicates a relative PEXPIRE as PEXPIREAT; 6.2 as it is, so there the
+-- library sets absolute times only. (Asked when called: Redis 7.0 loads a library
+-- in an environment without most globals.)
+local function relative_expiry()
+    return (redis.REDIS_VERSION_NUM or 0) >= 0x070000
+end
 
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 
@@ -75,12 +103,15 @@ local function arity(name)
     fail("ERR wrong number of arguments for '" .. name .. "' command")
 end
 
--- The `redislock` field of a lock hash (`what` = 'lock') or a queue hash ('lock
--- queue'), as read: nil (version-1 data) or a format this library reads passes;
--- a newer format is refused; anything else is not ours.
+-- The format a hash or a value says it is in, as read: nil (none: version-1
+-- data) or the version; a newer format than this library's is refused, and
+-- anything that is no version is not ours.
 local function check_format(value, what)
+    if value == FORMAT_TEXT then
+        return FORMAT
+    end
     if value == nil or value == false then
-        return
+        return nil
     end
     local found = string.find(value, '^[1-9]%d?%d?$') and tonumber(value)
     if not found then
@@ -91,6 +122,7 @@ local function check_format(value, what)
             .. '; this server runs version ' .. VERSION .. ': load version ' .. found
             .. ' or newer (redis-lock functions load)')
     end
+    return found
 end
 
 -- An integer as Redis reads it (no exponent, no fraction).
@@ -101,6 +133,16 @@ end
 local function now_ms()
     local t = redis.call('TIME')
     return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- `command key item...` for many items, CHUNK arguments at a time.
+local function call_chunked(command, key, items)
+    local i = 1
+    while i <= #items do
+        local last = math.min(i + CHUNK - 1, #items)
+        redis.call(command, key, unpack(items, i, last))
+        i = last + 1
+    end
 end
 
 -- ---------------------------------------------------------------------------
@@ -133,6 +175,22 @@ local function parse_ttl(arg)
         fail('ERR invalid ttl: expected a positive integer of milliseconds')
     end
     return ttl
+end
+
+-- `owner ttl` and nothing else, the common form, checked as parse_request checks
+-- them, the ttl kept as written; nil for any other form.
+local function plain_args(args)
+    if #args ~= 2 then
+        return nil
+    end
+    local owner, ttl = args[1], args[2]
+    if owner == '' then
+        parse_owner(owner)
+    end
+    if not string.find(ttl, '^[1-9]%d*$') or #ttl >= #MAX_DURATION then
+        parse_ttl(ttl)
+    end
+    return owner, ttl
 end
 
 local function parse_timeout(arg)
@@ -181,6 +239,7 @@ local function parse_request(args, first, lease_allowed)
     local request = {
         owner = parse_owner(args[first]),
         ttl = parse_ttl(args[first + 1]),
+        ttl_arg = args[first + 1],
         shared = false,
         limit = nil,
         lease = DEFAULT_LEASE_MS,
@@ -222,70 +281,136 @@ local function parse_request(args, first, lease_allowed)
     return request
 end
 
+
 -- ---------------------------------------------------------------------------
 -- Keys.
 
--- A side key of the lock at `key`, in its hash slot (Cluster) and starting with it
--- (ACL key patterns such as `~jobs:*`): a key without braces gets itself as a
--- hash tag after it (`jobs:1{jobs:1}:lockq`, the slot of `jobs:1`); a key with a
--- hash tag keeps it by taking the suffix alone (`{jobs}:1:lockq`). A key with
+-- What every side key of the lock at `key` starts with, before its suffix
+-- (`:lockq`, ...): each is in K's hash slot (Cluster) and starts with K (ACL key
+-- patterns such as `~jobs:*`): a key without braces gets itself as a hash tag
+-- after it (`jobs:1{jobs:1}:lockq`, the slot of `jobs:1`); a key with a hash tag
+-- keeps it by taking the suffix alone (`{jobs}:1:lockq`). A key with
 -- braces but no valid tag (`a}b`, `{}x`) also takes the suffix alone: the same
 -- slot only by chance, so on a Cluster its calls are refused (CROSSSLOT, or the
 -- script's own slot check) and change nothing.
-local function side(key, suffix)
-    if string.find(key, '[{}]') then
-        return key .. suffix
+local function base_of(key)
+    if string.find(key, '{', 1, true) or string.find(key, '}', 1, true) then
+        return key
     end
-    return key .. '{' .. key .. '}' .. suffix
+    return key .. '{' .. key .. '}'
 end
 
-local function queue_key(key)
-    return side(key, ':lockq')
-end
-
-local function grant_key(key, owner)
-    return side(key, ':lockg:' .. owner)
+-- The grant list of `owner`, a waiter of the lock of `st`.
+local function grant_key(st, owner)
+    return st.base .. ':lockg:' .. owner
 end
 
 -- ---------------------------------------------------------------------------
--- State: the lock hash and the queue hash, read once per call.
+-- Values.
 
 -- contract.md "Holdings": a holding whose expiry has passed is gone (the module's holds_at).
 local function live(expires, now)
     return expires >= now
 end
 
--- The lock at `key`: { mode = 'exclusive' | 'shared' | nil, holders = { {owner,
--- token, expires, persistent}, ... } oldest first (by token: tokens grow in grant
--- order) }.
-local function load_lock(key, now)
-    -- Whether `key` is a lock, decided in O(1) before reading it all: its format
-    -- (a newer library's hash may hold anything), then its mode, which every lock
-    -- hash has. A hash without one is not a lock, however large (someone's data,
-    -- or the library's own queue hash): reading it whole would hold the server up.
-    local head = redis.pcall('HMGET', key, FORMAT_FIELD, 'mode')
-    if head.err then
-        -- WRONGTYPE, or on a Cluster a key of another slot (a key with braces but no
-        -- hash tag): the server's own error, before anything was written.
-        fail(head.err)
+-- `x`, the exclusive holding: "<format> <token>[g][q] <owner>", as the token's
+-- text, its flags and the owner. `g`: a grant pushed to a waiter, not collected
+-- yet; `q`: somebody may wait (a queue was there when it was last written), so
+-- a release, an extend or a refresh takes the full path, which hands off and
+-- wakes; without it they take the fast one. Any format but this one is refused
+-- (a newer) or not ours.
+local function split_x(value)
+    local format, token, flags, owner = string.match(value, '^(%d+) (%d+)([gq]*) (.*)$')
+    if format ~= FORMAT_TEXT then
+        check_format(format or 'x', 'lock')
+        fail(WRONGTYPE)
     end
-    check_format(head[1], 'lock')
-    if head[2] ~= 'exclusive' and head[2] ~= 'shared' then
-        if head[2] or redis.call('EXISTS', key) == 1 then
-            fail(WRONGTYPE)
-        end
-        return { holders = {} }
+    return token, flags, owner
+end
+
+local function parse_x(value)
+    local token, flags, owner = split_x(value)
+    return {
+        owner = owner,
+        token = tonumber(token),
+        granted = string.find(flags, 'g', 1, true) ~= nil,
+        queued = string.find(flags, 'q', 1, true) ~= nil,
+        exclusive = true,
+    }
+end
+
+local function x_value(h)
+    return FORMAT_TEXT .. ' ' .. int(h.token) .. (h.granted and 'g' or '')
+        .. (h.queued and 'q ' or ' ') .. h.owner
+end
+
+-- `h:<owner>`, a shared holding: "<token>[g] <expires-at>[ <limit>]" (the form of
+-- versions 1 and 2, which had no `g`).
+local function parse_h(owner, value)
+    local token, granted, expires, limit = string.match(value, '^(%d+)(g?) (%d+) ?(%d*)$')
+    if not token then
+        fail(WRONGTYPE)
     end
+    return {
+        owner = owner,
+        token = tonumber(token),
+        granted = granted == 'g',
+        expires = tonumber(expires),
+        limit = tonumber(limit),
+    }
+end
+
+local function h_value(h)
+    local value = int(h.token) .. (h.granted and 'g ' or ' ') .. int(h.expires)
+    if h.limit then
+        value = value .. ' ' .. int(h.limit)
+    end
+    return value
+end
+
+-- `w:<owner>`, a queue place: "<arrival> <lease> <ttl> <x or s> <limit or 0>
+-- <queued-at>" (the arrival is its score in the places by arrival).
+local function parse_w(owner, value)
+    local seq, lease, ttl, shared, limit, since =
+        string.match(value or '', '^(%d+) (%d+) (%d+) ([xs]) (%d+) (%d+)$')
+    if not seq then
+        return nil
+    end
+    limit = tonumber(limit)
+    return {
+        owner = owner,
+        seq = tonumber(seq),
+        lease = tonumber(lease),
+        ttl = tonumber(ttl),
+        shared = shared == 's',
+        limit = limit > 0 and limit or nil,
+        since = tonumber(since),
+    }
+end
+
+local function w_value(p)
+    return int(p.seq) .. ' ' .. int(p.lease) .. ' ' .. int(p.ttl) .. ' '
+        .. (p.shared and 's ' or 'x ') .. int(p.limit or 0) .. ' ' .. int(p.since)
+end
+
+-- When a place lapses unless renewed: a lease and a grace after its renewal.
+local function lease_until(now, lease)
+    return now + lease + math.ceil(lease / PLACE_GRACE_DIVISOR)
+end
+
+-- ---------------------------------------------------------------------------
+-- Versions 1 and 2: K and the queue hash, read whole (the code of version 2).
+
+-- The holdings of a lock hash of versions 1 and 2, oldest first, as version 2
+-- read them: an exclusive holding lives as long as K.
+local function read_old_lock(key, mode, now)
     local raw = redis.call('HGETALL', key)
-    local lock = { holders = {} }
+    local lock = { mode = mode, holders = {} }
     for i = 1, #raw, 2 do
         local field, value = raw[i], raw[i + 1]
-        if field == FORMAT_FIELD then
-            -- Checked above.
-        elseif field == 'mode' and (value == 'exclusive' or value == 'shared') then
-            lock.mode = value
+        if field == FORMAT_FIELD or field == 'mode' then
+            -- Checked before.
         elseif string.sub(field, 1, 2) == 'h:' and #field > 2 then
-            -- "<token> <expires-at>", then " <limit>" for a holding granted with one.
             local token, expires, limit = string.match(value, '^(%d+) (%d+) ?(%d*)$')
             if not token then
                 fail(WRONGTYPE)
@@ -297,19 +422,10 @@ local function load_lock(key, now)
                 limit = tonumber(limit),
             })
         else
-            -- A hash that is not a lock.
             fail(WRONGTYPE)
         end
     end
-    if #raw > 0 and not lock.mode then
-        fail(WRONGTYPE)
-    end
-    -- An exclusive lock's one holding lives as long as its key, as the module's
-    -- (docs/commands.md, "by hand"): PEXPIRE sets its TTL, PERSIST leaves it without one,
-    -- held until released or deleted. Shared holdings keep each their own lease:
-    -- a key TTL set by hand ends those that would outlive it (with the key), and
-    -- lengthens none.
-    if lock.mode == 'exclusive' and #lock.holders == 1 then
+    if mode == 'exclusive' and #lock.holders == 1 then
         local h = lock.holders[1]
         local pttl = redis.call('PTTL', key)
         if pttl == -1 then
@@ -324,20 +440,12 @@ local function load_lock(key, now)
     return lock
 end
 
--- The queue at `qkey`: { mark, seq, places = { {owner, seq, lease_until, lease,
--- ttl, shared, limit}, ... } in arrival order, grants = { [owner] = token } }.
-local function load_queue(qkey)
-    local raw = redis.pcall('HGETALL', qkey)
-    if raw.err then
-        -- WRONGTYPE, or on a Cluster a key of another slot (a key with braces but no
-        -- hash tag): the server's own error, before anything was written.
-        fail(raw.err)
-    end
-    for i = 1, #raw, 2 do
-        if raw[i] == FORMAT_FIELD then
-            check_format(raw[i + 1], 'lock queue')
-        end
-    end
+-- The queue hash of versions 1 and 2: { mark, seq, places = { {owner, seq,
+-- lease_until, lease, ttl, shared, limit, since}, ... } in arrival order, grants
+-- = { [owner] = token } }. A place of six parts (before the arrival time was
+-- kept) shows as waiting since `now`.
+local function read_old_queue(qkey, now)
+    local raw = redis.call('HGETALL', qkey)
     local queue = { mark = 0, seq = 0, places = {}, grants = {} }
     for i = 1, #raw, 2 do
         local field, value = raw[i], raw[i + 1]
@@ -345,19 +453,18 @@ local function load_queue(qkey)
         if field == 'mark' or field == 'seq' then
             queue[field] = tonumber(value) or 0
         elseif kind == 'w:' then
-            -- The arrival time is last: a place stored before it was kept has none.
-            local seq, lease_until, lease, ttl, shared, limit, since =
+            local seq, until_ms, lease, ttl, shared, limit, since =
                 string.match(value, '^(%d+) (%d+) (%d+) (%d+) ([xs]) (%d+) ?(%d*)$')
             if seq then
                 table.insert(queue.places, {
                     owner = owner,
                     seq = tonumber(seq),
-                    lease_until = tonumber(lease_until),
+                    lease_until = tonumber(until_ms),
                     lease = tonumber(lease),
                     ttl = tonumber(ttl),
                     shared = shared == 's',
                     limit = tonumber(limit) > 0 and tonumber(limit) or nil,
-                    since = tonumber(since),
+                    since = tonumber(since) or now,
                 })
             end
         elseif kind == 'g:' then
@@ -370,151 +477,380 @@ local function load_queue(qkey)
     return queue
 end
 
--- One call's view of a lock: its keys, its state, and what the call changed.
-local function open(key)
-    local state = {
-        key = key,
-        qkey = queue_key(key),
-        now = now_ms(),
-    }
-    state.lock = load_lock(key, state.now)
-    state.queue = load_queue(state.qkey)
-    return state
+-- ---------------------------------------------------------------------------
+-- One call's view of a lock, read piece by piece as the call needs it.
+
+-- The format's version at the head of the lock hash and what kind of lock it is:
+-- 'exclusive' (with `x`), 'shared', 'old' (versions 1 and 2: `mode`) or nil
+-- (free). A hash that is none of these is not a lock, decided in O(1) whatever its
+-- size: WRONGTYPE.
+local function classify(key)
+    local head = redis.call('HMGET', key, FORMAT_FIELD, 'x', 'mode')
+    local format = check_format(head[1], 'lock')
+    if format == FORMAT then
+        if head[2] then
+            return 'exclusive', parse_x(head[2])
+        end
+        return 'shared'
+    end
+    if head[3] == 'exclusive' or head[3] == 'shared' then
+        return 'old', head[3]
+    end
+    if format or head[3] or redis.call('EXISTS', key) == 1 then
+        fail(WRONGTYPE)
+    end
+    return nil
 end
 
-local function holding_of(state, owner)
-    for _, h in ipairs(state.lock.holders) do
-        if h.owner == owner then
-            return h
+-- The state of a lock for a call that may write: kind, the exclusive holding, the
+-- queue (nil when nobody waits), the clock. Data of versions 1 and 2 is
+-- upgraded first.
+local upgrade
+
+local function open(key, owner)
+    local base = base_of(key)
+    local st = { key = key, base = base, qkey = base .. ':lockq', hkey = base .. ':lockh',
+        places = {}, found = {} }
+    local kind, detail = classify(key)
+    -- The queue hash's head, and the caller's place in it (read with it).
+    local place = 'w:' .. (owner or '')
+    local qhead = redis.call('HMGET', st.qkey, FORMAT_FIELD, 'seq', 'until', place)
+    local qformat = check_format(qhead[1], 'lock queue')
+    st.now = now_ms()
+    if kind == 'old' or (qformat ~= FORMAT and qhead[2]) then
+        upgrade(st, kind == 'old' and detail or nil, qformat ~= FORMAT and qhead[2])
+        kind, detail = classify(key)
+        qhead = redis.call('HMGET', st.qkey, FORMAT_FIELD, 'seq', 'until', place)
+    end
+    st.kind, st.x = kind, detail
+    if qhead[1] then
+        st.queue = { seq = tonumber(qhead[2]) or 0, until_ms = tonumber(qhead[3]) or 0 }
+        if owner then
+            st.places[owner] = qhead[4] or false
+        end
+        -- A queue missing one of its keys (deleted by hand) is dropped (by
+        -- `settle`); each waiter queues again at its next renewal.
+        if redis.call('EXISTS', base .. ':lockw', base .. ':lockl') ~= 2 then
+            st.queue, st.places, st.broken = nil, {}, true
+        end
+    end
+    if kind == 'shared' then
+        -- The holdings' index must list every holding of K: a RENAME or COPY of K,
+        -- or an index deleted or expired by hand, leaves it short. Rebuilt from K.
+        local fields = redis.call('HLEN', key)
+        if redis.call('ZCARD', st.hkey) ~= fields - 1 then
+            local raw = redis.call('HGETALL', key)
+            local index = {}
+            for i = 1, #raw, 2 do
+                if string.sub(raw[i], 1, 2) == 'h:' then
+                    local h = parse_h(string.sub(raw[i], 3), raw[i + 1])
+                    table.insert(index, int(h.expires))
+                    table.insert(index, h.owner)
+                end
+            end
+            redis.call('DEL', st.hkey)
+            call_chunked('ZADD', st.hkey, index)
+        end
+    end
+    return st
+end
+
+-- The exclusive holding's expiry (its key's), for a view that needs it: EXACT
+-- when K has no TTL (PERSIST by hand).
+local function x_expires(st)
+    local h = st.x
+    if not h.expires then
+        local pttl = redis.call('PTTL', st.key)
+        if pttl == -1 then
+            h.expires, h.persistent = EXACT, true
+        else
+            h.expires = math.min(st.now + math.max(pttl, 0), EXACT)
+        end
+    end
+    return h.expires
+end
+
+-- `owner`'s holding, live or not, or nil.
+local function holding_of(st, owner)
+    if st.kind == 'exclusive' then
+        if st.x.owner == owner then
+            x_expires(st)
+            return st.x
+        end
+    elseif st.kind == 'shared' then
+        local value = redis.call('HGET', st.key, 'h:' .. owner)
+        if value then
+            return parse_h(owner, value)
         end
     end
     return nil
 end
 
-local function live_count(state)
-    local n = 0
-    for _, h in ipairs(state.lock.holders) do
-        if live(h.expires, state.now) then
-            n = n + 1
-        end
+-- How many holdings live.
+local function live_count(st)
+    if st.kind == 'exclusive' then
+        return 1
+    elseif st.kind == 'shared' then
+        return redis.call('ZCOUNT', st.hkey, st.now, '+inf')
     end
-    return n
-end
-
--- The latest expiry of the live holdings, or nil when none lives.
-local function last_expiry(state)
-    local last = nil
-    for _, h in ipairs(state.lock.holders) do
-        if live(h.expires, state.now) and (not last or h.expires > last) then
-            last = h.expires
-        end
-    end
-    return last
-end
-
--- Writes the lock's holdings back: the key goes when none lives (contract.md "Holdings":
--- nothing of the lock is left), else expires with the holding that ends last.
-local function store_lock(state)
-    local last = last_expiry(state)
-    if not last then
-        redis.call('DEL', state.key)
-        state.lock = { holders = {} }
-        return
-    end
-    redis.call('PEXPIREAT', state.key, int(last))
-end
-
-local function write_holding(state, h)
-    local value = int(h.token) .. ' ' .. int(h.expires)
-    if h.limit then
-        value = value .. ' ' .. int(h.limit)
-    end
-    redis.call('HSET', state.key, FORMAT_FIELD, FORMAT, 'mode', state.lock.mode,
-        'h:' .. h.owner, value)
-end
-
--- Removes lapsed holdings (an exclusive one lapses with its key, but Redis judges
--- that with its own clock reading, which may be a millisecond behind ours).
--- contract.md "Holdings": a lapsed holding is removed, and propagated as removed (by effects here).
-local function remove_lapsed(state)
-    local kept, lapsed = {}, {}
-    for _, h in ipairs(state.lock.holders) do
-        if live(h.expires, state.now) then
-            table.insert(kept, h)
-        else
-            table.insert(lapsed, 'h:' .. h.owner)
-        end
-    end
-    if #lapsed == 0 then
-        return
-    end
-    state.lock.holders = kept
-    if #kept == 0 then
-        redis.call('DEL', state.key)
-        state.lock = { holders = {} }
-    else
-        redis.call('HDEL', state.key, unpack(lapsed))
-    end
+    return 0
 end
 
 -- contract.md "Waiting": may a request join the live holdings now (queue aside)?
-local function fits(state, shared, limit)
-    local count = live_count(state)
+local function fits(st, shared, limit, count)
     if count == 0 then
         return true
     end
-    if state.lock.mode == 'exclusive' or not shared then
+    if st.kind == 'exclusive' or not shared then
         return false
     end
     return limit == nil or count < limit
 end
 
--- contract.md "Fencing tokens": greater than every token handed out for this key: the mark
--- kept in the queue key, the live holdings' tokens, and the clock floor (which
--- covers a mark that expired or was lost).
-local function mint(state)
-    local token = math.max(state.queue.mark + 1, state.now * TOKENS_PER_MS)
-    for _, h in ipairs(state.lock.holders) do
-        token = math.max(token, h.token + 1)
+-- K and the holdings' index expire with the shared holding that ends last; both
+-- go when none is left (contract.md "Holdings": nothing of the lock is left).
+local function store_shared_expiry(st)
+    local last = redis.call('ZRANGE', st.hkey, -1, -1, 'WITHSCORES')
+    if #last == 0 then
+        redis.call('DEL', st.key, st.hkey)
+        st.kind = nil
+        return
     end
-    if token >= EXACT then
+    redis.call('PEXPIREAT', st.key, last[2])
+    redis.call('PEXPIREAT', st.hkey, last[2])
+end
+
+-- Sets K's expiry `ttl` ms from now (the exclusive holding's; `ttl` as written,
+-- checked): a TTL of up to 15 digits as it is, else an absolute time, which is
+-- then returned.
+local function expire_in(st, ttl)
+    if #ttl <= 15 and relative_expiry() then
+        redis.call('PEXPIRE', st.key, ttl)
+        return nil
+    end
+    st.now = st.now or now_ms()
+    local at = math.min(st.now + tonumber(ttl), EXACT)
+    redis.call('PEXPIREAT', st.key, int(at))
+    return at
+end
+
+-- Removes shared holdings whose expiry passed (contract.md "Holdings": a lapsed holding is removed,
+-- and propagated as removed, by effects here). An exclusive one lapses with K.
+local function remove_lapsed(st)
+    if st.kind ~= 'shared' then
+        return
+    end
+    local lapsed = redis.call('ZRANGEBYSCORE', st.hkey, '-inf', '(' .. int(st.now),
+        'LIMIT', 0, SWEEP)
+    if #lapsed == 0 then
+        return
+    end
+    local fields = {}
+    for i, owner in ipairs(lapsed) do
+        fields[i] = 'h:' .. owner
+    end
+    call_chunked('HDEL', st.key, fields)
+    call_chunked('ZREM', st.hkey, lapsed)
+    store_shared_expiry(st)
+end
+
+-- Before an exclusive grant on a shared lock whose holdings all lapsed (more than
+-- one call removes): K starts afresh.
+local function clear_lapsed(st)
+    if st.kind == 'shared' then
+        redis.call('DEL', st.key, st.hkey)
+        st.kind = nil
+    end
+end
+
+-- contract.md "Fencing tokens": `count` tokens for this key, each greater than every
+-- token handed out or seen for it before: the mark counts up; when it is missing
+-- (expired, deleted), the clock floor starts it again, above `above` (a holding's
+-- token the call knows of). Returns the first.
+local function mint(st, count, above)
+    local mkey = st.base .. ':lockm'
+    -- A key of another kind at the mark's name (not the library's) is replaced;
+    -- any other refusal (an ACL, OOM) is the call's error.
+    local last = redis.pcall('INCRBY', mkey, count)
+    if type(last) ~= 'number' then
+        local text = type(last) == 'table' and last.err or tostring(last)
+        if not (string.find(text, 'WRONGTYPE', 1, true)
+            or string.find(text, 'not an integer', 1, true)) then
+            fail(text)
+        end
+        last = 0
+    end
+    if last <= count then
+        st.now = st.now or now_ms()
+        last = math.max(st.now * TOKENS_PER_MS, (above or 0) + 1) + count - 1
+        if last < EXACT then
+            redis.call('SET', mkey, int(last), 'PXAT', int(st.now + MARK_KEEP_MS))
+        end
+    end
+    if last >= EXACT then
         fail('ERR fencing tokens are exhausted on this server')
     end
-    state.queue.mark = token
-    return token
+    return last - count + 1
 end
 
--- A new holding for `owner` (shared: granted with `limit`, if any); returns it. The
--- caller writes the queue key.
-local function grant(state, owner, shared, expires, limit)
-    local token = mint(state)
-    local h = { owner = owner, token = token, expires = math.min(expires, EXACT) }
-    if shared then
-        h.limit = limit
+-- ---------------------------------------------------------------------------
+-- The queue.
+
+-- The queue keys: the hash (`st.qkey`), the places by arrival and by lapse.
+local function wkey(st)
+    st.wkey = st.wkey or st.base .. ':lockw'
+    return st.wkey
+end
+
+local function lkey(st)
+    st.lkey = st.lkey or st.base .. ':lockl'
+    return st.lkey
+end
+
+-- The exclusive holding's `q` says whether a queue exists (see `split_x`).
+local function mark_queued(st)
+    if st.kind == 'exclusive' and (st.x.queued or false) ~= (st.queue ~= nil) then
+        st.x.queued = st.queue ~= nil
+        redis.call('HSET', st.key, 'x', x_value(st.x))
     end
-    state.lock.mode = shared and 'shared' or 'exclusive'
-    table.insert(state.lock.holders, h)
-    write_holding(state, h)
-    store_lock(state)
-    return h
 end
 
--- Writes the queue key back after a change: mark, seq, places, grants; it expires
--- MARK_KEEP_MS after the later of now and the lock's end.
-local function store_queue(state, changes)
-    local q = state.queue
-    local fields = { FORMAT_FIELD, FORMAT, 'mark', int(q.mark), 'seq', int(q.seq) }
-    for _, f in ipairs(changes or {}) do
-        table.insert(fields, f)
+-- The queue keys go when the last place does.
+local function drop_places(st, owners)
+    if #owners == 0 then
+        return
     end
-    redis.call('HSET', state.qkey, unpack(fields))
-    local until_ms = math.max(last_expiry(state) or state.now, state.now)
-    redis.call('PEXPIREAT', state.qkey, int(math.min(until_ms + MARK_KEEP_MS, EXACT)))
+    call_chunked('ZREM', wkey(st), owners)
+    for _, owner in ipairs(owners) do
+        st.found[owner] = false
+    end
+    if redis.call('EXISTS', wkey(st)) == 0 then
+        redis.call('DEL', st.qkey, lkey(st))
+        st.queue = nil
+        mark_queued(st)
+        return
+    end
+    call_chunked('ZREM', lkey(st), owners)
+    local fields = {}
+    for i, owner in ipairs(owners) do
+        fields[i] = 'w:' .. owner
+    end
+    call_chunked('HDEL', st.qkey, fields)
 end
 
-local function drop_fields(state, fields)
-    if #fields > 0 then
-        redis.call('HDEL', state.qkey, unpack(fields))
+-- Places whose lease lapsed leave (a vanished waiter).
+local function remove_lapsed_places(st)
+    if not st.queue then
+        return
+    end
+    local lapsed = redis.call('ZRANGEBYSCORE', lkey(st), '-inf', '(' .. int(st.now),
+        'LIMIT', 0, SWEEP)
+    drop_places(st, lapsed)
+end
+
+-- `owner`'s place, live or not, or nil: its details, arrival and lapse time.
+local function place_of(st, owner)
+    if not st.queue then
+        return nil
+    end
+    local p = st.found[owner]
+    if p ~= nil then
+        return p or nil
+    end
+    local value = st.places[owner]
+    if value == nil then
+        value = redis.call('HGET', st.qkey, 'w:' .. owner)
+    end
+    p = parse_w(owner, value)
+    if p then
+        p.lease_until = tonumber(redis.call('ZSCORE', lkey(st), owner))
+    end
+    st.found[owner] = p and p.lease_until and p or false
+    return st.found[owner] or nil
+end
+
+-- The live places among `count` of the queue from arrival rank `from` (count at
+-- most CHUNK), in arrival order, and how many places were looked at.
+local function places_from(st, from, count)
+    local places = {}
+    if not st.queue then
+        return places, 0
+    end
+    local owners = redis.call('ZRANGE', wkey(st), from, from + count - 1)
+    if #owners == 0 then
+        return places, 0
+    end
+    local fields = {}
+    for i, owner in ipairs(owners) do
+        fields[i] = 'w:' .. owner
+    end
+    local values = redis.call('HMGET', st.qkey, unpack(fields))
+    local lapses = redis.call('ZMSCORE', lkey(st), unpack(owners))
+    for i, owner in ipairs(owners) do
+        local p = parse_w(owner, values[i])
+        if p and lapses[i] then
+            p.lease_until = tonumber(lapses[i])
+            if live(p.lease_until, st.now) then
+                table.insert(places, p)
+            end
+        end
+    end
+    return places, #owners
+end
+
+-- The live places among the first `count` (at most CHUNK), in arrival order.
+local function first_places(st, count)
+    return (places_from(st, 0, count))
+end
+
+-- The holdings granted to waiters are pushed to their lists: the token, which
+-- lasts as long as the grant does. A key of another type at the list's name (not
+-- the library's) is replaced.
+local function push_grant(st, owner, token, expires)
+    local list = grant_key(st, owner)
+    local pushed = redis.pcall('RPUSH', list, int(token))
+    if type(pushed) ~= 'number' then
+        redis.call('DEL', list)
+        redis.call('RPUSH', list, int(token))
+    end
+    redis.call('PEXPIREAT', list, int(expires))
+end
+
+-- New holdings for the places `granted` (all exclusive: one), each with a token,
+-- and a lease of min(ttl, place lease) until the waiter collects it.
+local function grant_places(st, granted)
+    local first = mint(st, #granted, st.x and st.x.token)
+    if not granted[1].shared then
+        local p = granted[1]
+        clear_lapsed(st)
+        st.kind = 'exclusive'
+        st.x = { owner = p.owner, token = first, granted = true, queued = st.queue ~= nil,
+            exclusive = true, expires = math.min(st.now + math.min(p.ttl, p.lease), EXACT) }
+        redis.call('HSET', st.key, FORMAT_FIELD, FORMAT_TEXT, 'x', x_value(st.x))
+        redis.call('PEXPIREAT', st.key, int(st.x.expires))
+        push_grant(st, p.owner, first, st.x.expires)
+        return
+    end
+    if st.kind ~= 'shared' then
+        -- A fresh shared lock: an index left by a DEL of K goes.
+        redis.call('DEL', st.hkey)
+        st.kind = 'shared'
+    end
+    local fields, index = { FORMAT_FIELD, FORMAT_TEXT }, {}
+    for i, p in ipairs(granted) do
+        local h = { owner = p.owner, token = first + i - 1, granted = true,
+            expires = math.min(st.now + math.min(p.ttl, p.lease), EXACT), limit = p.limit }
+        p.holding = h
+        table.insert(fields, 'h:' .. p.owner)
+        table.insert(fields, h_value(h))
+        table.insert(index, int(h.expires))
+        table.insert(index, p.owner)
+    end
+    call_chunked('HSET', st.key, fields)
+    call_chunked('ZADD', st.hkey, index)
+    store_shared_expiry(st)
+    for _, p in ipairs(granted) do
+        push_grant(st, p.owner, p.holding.token, p.holding.expires)
     end
 end
 
@@ -524,65 +860,55 @@ end
 -- vanished waiter). A grant is pushed to the waiter's own list; until the waiter
 -- collects it, it lasts at most the place's lease, so a grant nobody collects frees
 -- within that bound.
-local function hand_off(state)
-    local places, gone, kept = state.queue.places, {}, {}
-    for _, p in ipairs(places) do
-        if live(p.lease_until, state.now) then
-            table.insert(kept, p)
-        else
-            table.insert(gone, 'w:' .. p.owner)
-        end
+local function hand_off(st)
+    remove_lapsed_places(st)
+    if not st.queue or st.kind == 'exclusive' then
+        return
     end
-    -- Grants that lapsed uncollected, or whose holding is gone, are forgotten.
-    for owner, token in pairs(state.queue.grants) do
-        local h = holding_of(state, owner)
-        if not h or h.token ~= token or not live(h.expires, state.now) then
-            table.insert(gone, 'g:' .. owner)
-            state.queue.grants[owner] = nil
+    local count = live_count(st)
+    local granted, from, batch, done = {}, 0, 16, false
+    while not done do
+        local places, scanned = places_from(st, from, batch)
+        from = from + scanned
+        for _, p in ipairs(places) do
+            if not fits(st, p.shared, p.limit, count) or not p.shared then
+                done = true
+                if fits(st, p.shared, p.limit, count) then
+                    table.insert(granted, p)
+                end
+                break
+            end
+            table.insert(granted, p)
+            count = count + 1
         end
-    end
-    drop_fields(state, gone)
-    state.queue.places = kept
-    local granted = {}
-    while #state.queue.places > 0 do
-        local p = state.queue.places[1]
-        if not fits(state, p.shared, p.limit) then
-            break
-        end
-        table.remove(state.queue.places, 1)
-        local h = grant(state, p.owner, p.shared, state.now + math.min(p.ttl, p.lease), p.limit)
-        state.queue.grants[p.owner] = h.token
-        table.insert(granted, { p = p, h = h })
+        done = done or scanned < batch
+        batch = math.min(batch * 4, CHUNK)
     end
     if #granted == 0 then
         return
     end
-    local changes, removed = {}, {}
-    for _, g in ipairs(granted) do
-        table.insert(removed, 'w:' .. g.p.owner)
-        table.insert(changes, 'g:' .. g.p.owner)
-        table.insert(changes, int(g.h.token))
+    local owners = {}
+    for i, p in ipairs(granted) do
+        owners[i] = p.owner
     end
-    redis.call('HDEL', state.qkey, unpack(removed))
-    store_queue(state, changes)
-    for _, g in ipairs(granted) do
-        local list = grant_key(state.key, g.p.owner)
-        redis.call('DEL', list)
-        redis.call('RPUSH', list, int(g.h.token))
-        redis.call('PEXPIREAT', list, int(g.h.expires))
-    end
+    drop_places(st, owners)
+    grant_places(st, granted)
 end
 
--- A holding now ends earlier than the head of the queue was told (a refresh or an
--- extend to a shorter TTL): a wake-up ("0", not a token) on the head's list makes
--- it ask again, so it claims the lapse when it happens, not at its next renewal.
-local function wake_head(state, before, after)
-    local head = state.queue.places[1]
-    if head and after < before then
-        local list = grant_key(state.key, head.owner)
+-- The head of the queue, when a holding now ends earlier than it was told (a
+-- refresh or an extend to a shorter TTL): a wake-up ("0", not a token) on its list
+-- makes it ask again, so it claims the lapse when it happens, not at its next
+-- renewal.
+local function wake_head(st, before, after)
+    if not st.queue or not after or after >= before then
+        return
+    end
+    local head = first_places(st, 1)[1]
+    if head then
+        local list = grant_key(st, head.owner)
         -- The wake-up only hastens the head: a key of another type at the list's
-        -- name (someone else's) must not fail the call after its writes
-        -- (contract.md "Errors"); the head then asks again at its renewal.
+        -- name (someone else's) must not fail the call after its writes (contract.md
+        -- "Errors"); the head then asks again at its renewal.
         local pushed = redis.pcall('RPUSH', list, '0')
         if type(pushed) == 'number' then
             redis.call('PEXPIREAT', list, int(head.lease_until))
@@ -590,55 +916,96 @@ local function wake_head(state, before, after)
     end
 end
 
--- The owner collected its grant (or holds by a plain acquire): its grant list and
--- note go.
-local function collect(state, owner)
-    if state.queue.grants[owner] then
-        state.queue.grants[owner] = nil
-        redis.call('HDEL', state.qkey, 'g:' .. owner)
-        redis.call('DEL', grant_key(state.key, owner))
+-- The owner collected its grant (or holds by a plain acquire): its holding loses
+-- the mark of an uncollected grant, and its grant list goes.
+local function collect(st, h)
+    if h.granted then
+        h.granted = false
+        redis.call('DEL', grant_key(st, h.owner))
+        return true
     end
-end
-
-local function place_of(state, owner)
-    for i, p in ipairs(state.queue.places) do
-        if p.owner == owner then
-            return p, i
-        end
-    end
-    return nil
+    return false
 end
 
 -- The settling every writing call starts with: lapsed holdings removed, lapsed
 -- places dropped, and the queue granted what now fits.
-local function settle(state)
-    remove_lapsed(state)
-    hand_off(state)
+local function settle(st)
+    if st.broken then
+        redis.call('DEL', st.qkey, wkey(st), lkey(st))
+        st.broken = nil
+    end
+    remove_lapsed(st)
+    hand_off(st)
+    mark_queued(st)
+end
+
+-- Ends `h` (live or not): K goes with its last holding.
+local function remove_holding(st, h)
+    if st.kind == 'exclusive' then
+        redis.call('DEL', st.key)
+        st.kind, st.x = nil, nil
+        return
+    end
+    redis.call('HDEL', st.key, 'h:' .. h.owner)
+    redis.call('ZREM', st.hkey, h.owner)
+    store_shared_expiry(st)
+end
+
+-- Writes `h`, a holding of `st` whose expiry or grant mark changed.
+local function store_holding(st, h, ttl)
+    if h.exclusive then
+        -- The key's expiry first: Redis 6.2 refuses a script's HSET under OOM only
+        -- as its first write, and PEXPIREAT (as DEL, HDEL) it never refuses, so an
+        -- extend runs under OOM there too, as LOCK.EXTEND does.
+        if ttl then
+            local at = expire_in(st, ttl)
+            h.expires = at or math.min(st.now + tonumber(ttl), EXACT)
+            h.persistent = nil
+        end
+        if h.rewrite then
+            redis.call('HSET', st.key, 'x', x_value(h))
+        end
+        return
+    end
+    if ttl then
+        -- The key's expiry first (as above): it ends with the holding that ends
+        -- last, this one's new expiry counted.
+        h.expires = math.min(st.now + tonumber(ttl), EXACT)
+        local last = h.expires
+        local top = redis.call('ZREVRANGE', st.hkey, 0, 1, 'WITHSCORES')
+        for i = 1, #top, 2 do
+            if top[i] ~= h.owner then
+                last = math.max(last, tonumber(top[i + 1]))
+            end
+        end
+        redis.call('PEXPIREAT', st.key, int(last))
+        redis.call('PEXPIREAT', st.hkey, int(last))
+        redis.call('ZADD', st.hkey, int(h.expires), h.owner)
+    end
+    redis.call('HSET', st.key, 'h:' .. h.owner, h_value(h))
 end
 
 -- contract.md "LOCK.ACQUIRE": the owner's own live holding in the mode asked for is
 -- refreshed with the same token; in the other mode it is an error. Returns the
 -- holding refreshed, or nil when the owner holds nothing live here.
-local function refresh(state, request)
-    local h = holding_of(state, request.owner)
-    if not h or not live(h.expires, state.now) then
+local function refresh(st, request)
+    local h = holding_of(st, request.owner)
+    if not h or not live(h.expires, st.now) then
         return nil
     end
     local mode = request.shared and 'shared' or 'exclusive'
-    if state.lock.mode ~= mode then
-        fail('ERR mode conflict: owner holds this lock ' .. state.lock.mode
+    if st.kind ~= mode then
+        fail('ERR mode conflict: owner holds this lock ' .. st.kind
             .. '; release it first (no upgrade or downgrade)')
     end
     local before = h.expires
-    h.expires = math.min(state.now + request.ttl, EXACT)
     -- A shared holding holds with the limit last asked, as the module's.
     if request.shared then
         h.limit = request.limit
     end
-    write_holding(state, h)
-    store_lock(state)
-    collect(state, request.owner)
-    wake_head(state, before, h.expires)
+    h.rewrite = collect(st, h)
+    store_holding(st, h, request.ttl_arg)
+    wake_head(st, before, h.expires)
     return h
 end
 
@@ -654,26 +1021,153 @@ end
 -- live queue place of the owner in the other mode: `settle` may grant that place in
 -- this very call, and the conflict would then come after the grant was written
 -- (contract.md "Errors": an error changes nothing). A waiter changes its mode by
--- cancelling its place first.
-local function check_mode(state, request)
+-- cancelling its place first. Returns the owner's holding, if it lives.
+local function check_mode(st, request)
     local mode = request.shared and 'shared' or 'exclusive'
-    local h = holding_of(state, request.owner)
-    if h and live(h.expires, state.now) then
-        if state.lock.mode ~= mode then
-            fail('ERR mode conflict: owner holds this lock ' .. state.lock.mode
+    local h = holding_of(st, request.owner)
+    if h and live(h.expires, st.now) then
+        if st.kind ~= mode then
+            fail('ERR mode conflict: owner holds this lock ' .. st.kind
                 .. '; release it first (no upgrade or downgrade)')
         end
+        return h
+    end
+    local p = place_of(st, request.owner)
+    if p and live(p.lease_until, st.now) then
+        local queued = p.shared and 'shared' or 'exclusive'
+        if queued ~= mode then
+            fail('ERR mode conflict: owner waits for this lock ' .. queued
+                .. '; cancel the wait first (no upgrade or downgrade)')
+        end
+    end
+    return nil
+end
+
+-- A new holding of `owner`, granted at once (not through the queue).
+local function grant_now(st, request)
+    local token = mint(st, 1, st.x and st.x.token)
+    if not request.shared then
+        clear_lapsed(st)
+        st.x = { owner = request.owner, token = token, exclusive = true,
+            queued = st.queue ~= nil }
+        st.kind = 'exclusive'
+        redis.call('HSET', st.key, FORMAT_FIELD, FORMAT_TEXT, 'x', x_value(st.x))
+        expire_in(st, request.ttl_arg)
+        return token
+    end
+    st.now = st.now or now_ms()
+    if st.kind ~= 'shared' and not st.fresh then
+        -- A fresh shared lock: an index left by a DEL of K goes.
+        redis.call('DEL', st.hkey)
+    end
+    st.kind = 'shared'
+    local h = { owner = request.owner, token = token, limit = request.limit,
+        expires = math.min(st.now + request.ttl, EXACT) }
+    redis.call('HSET', st.key, FORMAT_FIELD, FORMAT_TEXT, 'h:' .. h.owner, h_value(h))
+    redis.call('ZADD', st.hkey, int(h.expires), h.owner)
+    store_shared_expiry(st)
+    return token
+end
+
+-- The queue keys expire QUEUE_KEEP_MS after the lease of the last place written
+-- (moved only when a place would outlive them).
+local function keep_queue(st, until_ms)
+    if st.queue.until_ms >= until_ms then
         return
     end
-    for _, p in ipairs(state.queue.places) do
-        if p.owner == request.owner and live(p.lease_until, state.now) then
-            local queued = p.shared and 'shared' or 'exclusive'
-            if queued ~= mode then
-                fail('ERR mode conflict: owner waits for this lock ' .. queued
-                    .. '; cancel the wait first (no upgrade or downgrade)')
+    st.queue.until_ms = until_ms + QUEUE_KEEP_MS
+    local at = int(st.queue.until_ms)
+    redis.call('HSET', st.qkey, 'until', at)
+    redis.call('PEXPIREAT', st.qkey, at)
+    redis.call('PEXPIREAT', wkey(st), at)
+    redis.call('PEXPIREAT', lkey(st), at)
+end
+
+-- ---------------------------------------------------------------------------
+-- Upgrade: data of versions 1 and 2 to this layout, all of a lock in one call.
+
+upgrade = function(st, mode, old_queue)
+    local lock = mode and read_old_lock(st.key, mode, st.now) or { holders = {} }
+    local queue = old_queue and read_old_queue(st.qkey, st.now)
+        or { mark = 0, seq = 0, places = {}, grants = {} }
+    local mark = queue.mark
+    local live_holders = {}
+    for _, h in ipairs(lock.holders) do
+        mark = math.max(mark, h.token)
+        if live(h.expires, st.now) then
+            h.granted = queue.grants[h.owner] == h.token
+            table.insert(live_holders, h)
+        end
+    end
+    if mode then
+        -- K's own expiry stays (HSET and HDEL keep it).
+        local gone = { 'mode' }
+        for _, h in ipairs(lock.holders) do
+            table.insert(gone, 'h:' .. h.owner)
+        end
+        if #live_holders == 0 then
+            redis.call('DEL', st.key)
+        elseif mode == 'exclusive' then
+            call_chunked('HDEL', st.key, gone)
+            local h = live_holders[1]
+            h.exclusive = true
+            for _, p in ipairs(queue.places) do
+                h.queued = h.queued or live(p.lease_until, st.now)
+            end
+            redis.call('HSET', st.key, FORMAT_FIELD, FORMAT_TEXT, 'x', x_value(h))
+        else
+            call_chunked('HDEL', st.key, gone)
+            local fields, index = { FORMAT_FIELD, FORMAT_TEXT }, {}
+            for _, h in ipairs(live_holders) do
+                table.insert(fields, 'h:' .. h.owner)
+                table.insert(fields, h_value(h))
+                table.insert(index, int(h.expires))
+                table.insert(index, h.owner)
+            end
+            call_chunked('HSET', st.key, fields)
+            redis.call('DEL', st.hkey)
+            call_chunked('ZADD', st.hkey, index)
+            local last = redis.call('ZRANGE', st.hkey, -1, -1, 'WITHSCORES')
+            redis.call('PEXPIREAT', st.hkey, last[2])
+        end
+    end
+    -- The mark: above every token the old keys knew.
+    local mkey = st.base .. ':lockm'
+    local current = tonumber(redis.call('GET', mkey)) or 0
+    if mark > current then
+        redis.call('SET', mkey, int(mark), 'PXAT', int(st.now + MARK_KEEP_MS))
+    end
+    if old_queue then
+        redis.call('DEL', st.qkey, wkey(st), lkey(st))
+        local fields, arrivals, lapses, last = { FORMAT_FIELD, FORMAT_TEXT, 'seq', int(queue.seq) }, {}, {}, 0
+        for _, p in ipairs(queue.places) do
+            if live(p.lease_until, st.now) then
+                table.insert(fields, 'w:' .. p.owner)
+                table.insert(fields, w_value(p))
+                table.insert(arrivals, int(p.seq))
+                table.insert(arrivals, p.owner)
+                table.insert(lapses, int(p.lease_until))
+                table.insert(lapses, p.owner)
+                last = math.max(last, p.lease_until)
+            end
+        end
+        if #arrivals > 0 then
+            local until_ms = last + QUEUE_KEEP_MS
+            table.insert(fields, 'until')
+            table.insert(fields, int(until_ms))
+            call_chunked('HSET', st.qkey, fields)
+            call_chunked('ZADD', wkey(st), arrivals)
+            call_chunked('ZADD', lkey(st), lapses)
+            for _, key in ipairs({ st.qkey, wkey(st), lkey(st) }) do
+                redis.call('PEXPIREAT', key, int(until_ms))
             end
         end
     end
+end
+
+-- Whether a live place waits in the queue.
+local function waiting(st)
+    return st.queue ~= nil and redis.call('ZCOUNT', lkey(st), st.now, '+inf') > 0
 end
 
 -- ---------------------------------------------------------------------------
@@ -687,35 +1181,52 @@ local function lock_acquire(keys, args)
     if #keys ~= 1 or #args < 2 then
         arity('lock_acquire')
     end
-    local request = parse_request(args, 1, false)
-    -- The fast miss (the common case under contention): an exclusive holding of
-    -- another owner lives while its key does (load_lock), so one read answers,
-    -- without the clock or the queue (which could not change the answer). A hash
-    -- that is not a lock has no mode and takes the full path to its WRONGTYPE.
-    local quick = redis.pcall('HMGET', keys[1], 'mode', 'h:' .. request.owner, FORMAT_FIELD)
-    if quick.err then
-        fail(quick.err)
-    end
-    check_format(quick[3], 'lock')
-    if not quick[2] then
-        check_owner_len(request.owner)
-        if quick[1] == 'exclusive' then
-            return nil
+    local key = keys[1]
+    -- The fast paths, for `owner ttl`, without the clock: an exclusive holding of
+    -- another owner lives while its key does (the common case under contention:
+    -- one read); its holder refreshes it when nobody waits and its grant was
+    -- collected (no flags); a free key nobody waits for is granted at once.
+    local owner, ttl = plain_args(args)
+    if owner then
+        local x = redis.call('HGET', key, 'x')
+        if x then
+            local token, flags, holder = split_x(x)
+            if holder ~= owner then
+                check_owner_len(owner)
+                return nil
+            end
+            if flags == '' then
+                expire_in({ key = key }, ttl)
+                return tonumber(token)
+            end
+        else
+            check_owner_len(owner)
+            local base = base_of(key)
+            if redis.call('EXISTS', key, base .. ':lockq', base .. ':lockh') == 0 then
+                local st = { key = key, base = base }
+                local token = mint(st, 1)
+                redis.call('HSET', key, FORMAT_FIELD, FORMAT_TEXT, 'x', FORMAT_TEXT .. ' ' .. int(token)
+                    .. ' ' .. owner)
+                expire_in(st, ttl)
+                return token
+            end
         end
     end
-    local state = open(keys[1])
-    check_mode(state, request)
-    settle(state)
-    local held = refresh(state, request)
+    local request = parse_request(args, 1, false)
+    -- The library's owners are never longer (it has no config to lower the
+    -- limit), so a longer one never holds.
+    check_owner_len(request.owner)
+    local st = open(key)
+    check_mode(st, request)
+    settle(st)
+    local held = refresh(st, request)
     if held then
         return held.token
     end
-    if #state.queue.places > 0 or not fits(state, request.shared, request.limit) then
+    if waiting(st) or not fits(st, request.shared, request.limit, live_count(st)) then
         return nil
     end
-    local h = grant(state, request.owner, request.shared, state.now + request.ttl, request.limit)
-    store_queue(state)
-    return h.token
+    return grant_now(st, request)
 end
 
 -- FCALL lock_release 1 key owner
@@ -726,26 +1237,30 @@ local function lock_release(keys, args)
         arity('lock_release')
     end
     local owner = parse_owner(args[1])
-    local state = open(keys[1])
-    local h = holding_of(state, owner)
-    if not h or not live(h.expires, state.now) then
-        -- A miss touches nothing (contract.md "Calls that change nothing": no write, WATCH holds) unless a
-        -- lapse waits to be acted on.
-        settle(state)
-        return 0
-    end
-    for i, x in ipairs(state.lock.holders) do
-        if x == h then
-            table.remove(state.lock.holders, i)
-            break
+    local key = keys[1]
+    -- The fast path: the exclusive holder, nobody waiting, its grant collected.
+    local x = redis.call('HGET', key, 'x')
+    if x then
+        local _, flags, holder = split_x(x)
+        if holder ~= owner then
+            -- A miss touches nothing (contract.md "Calls that change nothing": no write, WATCH holds).
+            return 0
+        end
+        if flags == '' then
+            redis.call('DEL', key)
+            return 1
         end
     end
-    if last_expiry(state) then
-        redis.call('HDEL', state.key, 'h:' .. owner)
+    local st = open(key)
+    local h = holding_of(st, owner)
+    if not h or not live(h.expires, st.now) then
+        -- A miss touches nothing unless a lapse waits to be acted on.
+        settle(st)
+        return 0
     end
-    store_lock(state)
-    collect(state, owner)
-    settle(state)
+    remove_holding(st, h)
+    collect(st, h)
+    settle(st)
     return 1
 end
 
@@ -756,22 +1271,29 @@ local function lock_extend(keys, args)
     if #keys ~= 1 or #args ~= 2 then
         arity('lock_extend')
     end
-    local owner = parse_owner(args[1])
-    local ttl = parse_ttl(args[2])
-    local state = open(keys[1])
-    settle(state)
-    local h = holding_of(state, owner)
-    if not h or not live(h.expires, state.now) then
+    local owner, ttl = plain_args(args)
+    local key = keys[1]
+    -- The fast path: the exclusive holder, nobody waiting.
+    local x = redis.call('HGET', key, 'x')
+    if x then
+        local _, flags, holder = split_x(x)
+        if holder ~= owner then
+            return 0
+        end
+        if not string.find(flags, 'q', 1, true) then
+            expire_in({ key = key }, ttl)
+            return 1
+        end
+    end
+    local st = open(key)
+    settle(st)
+    local h = holding_of(st, owner)
+    if not h or not live(h.expires, st.now) then
         return 0
     end
     local before = h.expires
-    h.expires = math.min(state.now + ttl, EXACT)
-    -- The key's expiry first: Redis 6.2 refuses a script's HSET under OOM only as
-    -- its first write, and PEXPIREAT (as DEL, HDEL) it never refuses, so an extend
-    -- runs under OOM there too, as LOCK.EXTEND does (Redis 7 has `allow-oom`).
-    store_lock(state)
-    write_holding(state, h)
-    wake_head(state, before, h.expires)
+    store_holding(st, h, ttl)
+    wake_head(st, before, h.expires)
     return 1
 end
 
@@ -784,6 +1306,81 @@ end
 -- How many waiters lock_info describes one by one (as the module's LOCK.INFO).
 local QUEUE_SHOWN = 10
 
+-- The live holdings of the lock at `key`, oldest first, and its mode; reads every
+-- format, writes nothing.
+local function info_holders(key, now)
+    local head = redis.call('HMGET', key, FORMAT_FIELD, 'x', 'mode')
+    local format = check_format(head[1], 'lock')
+    local mode, holders = nil, {}
+    if format == FORMAT and head[2] then
+        local h = parse_x(head[2])
+        local pttl = redis.call('PTTL', key)
+        h.persistent = pttl == -1
+        h.expires = now + math.max(pttl, 0)
+        return 'exclusive', { h }
+    elseif format == FORMAT then
+        mode = 'shared'
+        local raw = redis.call('HGETALL', key)
+        for i = 1, #raw, 2 do
+            if string.sub(raw[i], 1, 2) == 'h:' then
+                table.insert(holders, parse_h(string.sub(raw[i], 3), raw[i + 1]))
+            end
+        end
+    elseif head[3] == 'exclusive' or head[3] == 'shared' then
+        mode = head[3]
+        holders = read_old_lock(key, mode, now).holders
+    elseif format or head[3] or redis.call('EXISTS', key) == 1 then
+        fail(WRONGTYPE)
+    end
+    local alive = {}
+    for _, h in ipairs(holders) do
+        if live(h.expires, now) then
+            table.insert(alive, h)
+        end
+    end
+    table.sort(alive, function(a, b)
+        return a.token < b.token
+    end)
+    return mode, alive
+end
+
+-- The live places of the queue of `key`: how many, and the first QUEUE_SHOWN.
+local function info_queue(key, now)
+    local base = base_of(key)
+    local st = { key = key, base = base, qkey = base .. ':lockq', now = now }
+    local head = redis.call('HMGET', st.qkey, FORMAT_FIELD, 'seq', 'mark')
+    local format = check_format(head[1], 'lock queue')
+    if format == FORMAT then
+        st.queue = {}
+        local count = redis.call('ZCOUNT', lkey(st), now, '+inf')
+        local shown, asked = {}, QUEUE_SHOWN
+        while true do
+            shown = first_places(st, asked)
+            if #shown >= QUEUE_SHOWN or #shown >= count or asked >= CHUNK
+                or asked >= redis.call('ZCARD', wkey(st)) then
+                break
+            end
+            asked = math.min(asked * 4, CHUNK)
+        end
+        while #shown > QUEUE_SHOWN do
+            table.remove(shown)
+        end
+        return count, shown
+    elseif head[2] or head[3] then
+        local shown, count = {}, 0
+        for _, p in ipairs(read_old_queue(st.qkey, now).places) do
+            if live(p.lease_until, now) then
+                count = count + 1
+                if count <= QUEUE_SHOWN then
+                    table.insert(shown, p)
+                end
+            end
+        end
+        return count, shown
+    end
+    return 0, {}
+end
+
 -- FCALL_RO lock_info 1 key (no-writes: runs on replicas)
 -- contract.md "LOCK.INFO": nil when free; else mode, holders oldest first, waiters (live
 -- queue places), queue (the first QUEUE_SHOWN of them: owner, mode, limit with
@@ -794,31 +1391,24 @@ local function lock_info(keys, args)
     end
     local key = keys[1]
     local now = now_ms()
-    local lock = load_lock(key, now)
-    local queue = load_queue(queue_key(key))
-    local holders = {}
-    for _, h in ipairs(lock.holders) do
-        if live(h.expires, now) then
-            table.insert(holders, holder_map(h, now))
-        end
-    end
-    if #holders == 0 then
+    local mode, alive = info_holders(key, now)
+    if #alive == 0 then
         return nil
     end
-    local waiters, shown = 0, {}
-    for _, p in ipairs(queue.places) do
-        if live(p.lease_until, now) then
-            waiters = waiters + 1
-            if waiters <= QUEUE_SHOWN then
-                local w = { owner = p.owner, mode = p.shared and 'shared' or 'exclusive' }
-                w.limit = p.limit
-                w.waited = math.max(now - (p.since or now), 0)
-                table.insert(shown, { map = w })
-            end
-        end
+    local holders = {}
+    for i, h in ipairs(alive) do
+        holders[i] = holder_map(h, now)
     end
-    local info = { waiters = waiters, mode = lock.mode, holders = holders, queue = shown }
-    if lock.mode == 'exclusive' and #holders == 1 then
+    local waiters, places = info_queue(key, now)
+    local shown = {}
+    for i, p in ipairs(places) do
+        local w = { owner = p.owner, mode = p.shared and 'shared' or 'exclusive' }
+        w.limit = p.limit
+        w.waited = math.max(now - (p.since or now), 0)
+        shown[i] = { map = w }
+    end
+    local info = { waiters = waiters, mode = mode, holders = holders, queue = shown }
+    if mode == 'exclusive' and #holders == 1 then
         local only = holders[1].map
         info.owner, info.ttl, info.token = only.owner, only.ttl, only.token
     end
@@ -837,18 +1427,89 @@ end
 -- renewal (one lease from now; its place lasts a grace longer), at the first
 -- holding's expiry (to claim the lapsed lock), or when the place ahead of it lapses
 -- unless renewed (a vanished waiter). At least 1 ms.
-local function wake_in(state, place, index)
-    local at = state.now + place.lease
-    for _, h in ipairs(state.lock.holders) do
-        if live(h.expires, state.now) then
-            at = math.min(at, h.expires + 1)
+local function wake_in(st, place)
+    local at = st.now + place.lease
+    if st.kind == 'exclusive' then
+        at = math.min(at, x_expires(st) + 1)
+    elseif st.kind == 'shared' then
+        local first = redis.call('ZRANGEBYSCORE', st.hkey, st.now, '+inf',
+            'WITHSCORES', 'LIMIT', 0, 1)
+        if first[2] then
+            at = math.min(at, tonumber(first[2]) + 1)
         end
     end
-    local ahead = state.queue.places[index - 1]
+    local ahead = redis.call('ZREVRANGEBYSCORE', wkey(st), '(' .. int(place.seq), '-inf',
+        'LIMIT', 0, 1)[1]
     if ahead then
-        at = math.min(at, ahead.lease_until + 1)
+        local lapse = tonumber(redis.call('ZSCORE', lkey(st), ahead))
+        if lapse then
+            at = math.min(at, lapse + 1)
+        end
     end
-    return math.max(at - state.now, 1)
+    return math.max(at - st.now, 1)
+end
+
+-- The two common calls of the waiting protocol on an exclusive lock, without the
+-- full path: a waiter renewing its place, unchanged, behind another owner's
+-- holding (nothing lapsed, the queue keys' expiry far enough), and the owner of a
+-- grant pushed to it collecting it (its TTL no shorter than what is left). They
+-- do what the full path would; anything else takes it (nil).
+local function wait_fast(key, request)
+    local x = redis.call('HGET', key, 'x')
+    if not x then
+        return nil
+    end
+    local token, flags, holder = split_x(x)
+    local base = base_of(key)
+    local list = base .. ':lockg:' .. request.owner
+    if holder == request.owner then
+        if request.shared or not string.find(flags, 'g', 1, true)
+            or #request.ttl_arg > 15 or not relative_expiry() then
+            return nil
+        end
+        local pttl = redis.call('PTTL', key)
+        if pttl < 0 or request.ttl < pttl then
+            return nil
+        end
+        redis.call('PEXPIRE', key, request.ttl_arg)
+        redis.call('HSET', key, 'x', FORMAT_TEXT .. ' ' .. token
+            .. (string.find(flags, 'q', 1, true) and 'q ' or ' ') .. holder)
+        redis.call('DEL', list)
+        return { tonumber(token), 0, list }
+    end
+    if not string.find(flags, 'q', 1, true) then
+        return nil
+    end
+    local q = redis.call('HMGET', base .. ':lockq', FORMAT_FIELD, 'until', 'w:' .. request.owner)
+    local p = q[1] == FORMAT_TEXT and parse_w(request.owner, q[3])
+    if not p or p.lease ~= request.lease or p.ttl ~= request.ttl
+        or p.shared ~= request.shared or p.limit ~= request.limit then
+        return nil
+    end
+    local now = now_ms()
+    local lkey = base .. ':lockl'
+    local lapse = tonumber(redis.call('ZSCORE', lkey, request.owner))
+    local renewed = lease_until(now, request.lease)
+    if not lapse or not live(lapse, now) or (tonumber(q[2]) or 0) < renewed
+        or #redis.call('ZRANGEBYSCORE', lkey, '-inf', '(' .. int(now), 'LIMIT', 0, 1) > 0 then
+        return nil
+    end
+    redis.call('ZADD', lkey, int(renewed), request.owner)
+    -- wake_in: the renewal, the holding's expiry, the lapse of the place ahead.
+    local at = now + request.lease
+    local pttl = redis.call('PTTL', key)
+    if pttl >= 0 then
+        at = math.min(at, now + pttl + 1)
+    end
+    local ahead = redis.call('ZREVRANGEBYSCORE', base .. ':lockw', '(' .. int(p.seq), '-inf',
+        'LIMIT', 0, 1)[1]
+    if ahead then
+        local behind = tonumber(redis.call('ZSCORE', lkey, ahead))
+        if behind then
+            at = math.min(at, behind + 1)
+        end
+    end
+    return { 0, math.max(at - now, 1), list }
 end
 
 -- FCALL lock_wait 1 key owner ttl [SHARED | LIMIT n] [LEASE ms]
@@ -862,43 +1523,59 @@ local function lock_wait(keys, args)
         arity('lock_wait')
     end
     local request = parse_request(args, 1, true)
-    local state = open(keys[1])
-    local list = grant_key(state.key, request.owner)
-    check_mode(state, request)
-    if not holding_of(state, request.owner) then
+    local reply = wait_fast(keys[1], request)
+    if reply then
+        return reply
+    end
+    local st = open(keys[1], request.owner)
+    local list = grant_key(st, request.owner)
+    if not check_mode(st, request) then
         check_owner_len(request.owner)
     end
-    settle(state)
-    local held = refresh(state, request)
+    settle(st)
+    local held = refresh(st, request)
     if held then
-        if place_of(state, request.owner) then
-            drop_fields(state, { 'w:' .. request.owner })
+        if place_of(st, request.owner) then
+            drop_places(st, { request.owner })
         end
         return { held.token, 0, list }
     end
-    local place, index = place_of(state, request.owner)
-    if not place and #state.queue.places == 0 and fits(state, request.shared, request.limit) then
-        local h = grant(state, request.owner, request.shared, state.now + request.ttl, request.limit)
-        store_queue(state)
-        return { h.token, 0, list }
+    local place = place_of(st, request.owner)
+    if place and not live(place.lease_until, st.now) then
+        drop_places(st, { request.owner })
+        place = nil
     end
+    if not place and not waiting(st)
+        and fits(st, request.shared, request.limit, live_count(st)) then
+        return { grant_now(st, request), 0, list }
+    end
+    local fields
     if not place then
-        state.queue.seq = state.queue.seq + 1
-        place = { owner = request.owner, seq = state.queue.seq, since = state.now }
-        table.insert(state.queue.places, place)
-        index = #state.queue.places
+        if not st.queue then
+            -- A new queue: what a deleted queue hash left behind goes.
+            redis.call('DEL', wkey(st), lkey(st))
+            st.queue = { seq = 0, until_ms = 0 }
+        end
+        st.queue.seq = st.queue.seq + 1
+        place = { owner = request.owner, seq = st.queue.seq, since = st.now }
+        fields = { FORMAT_FIELD, FORMAT_TEXT, 'seq', int(place.seq) }
+        redis.call('ZADD', wkey(st), int(place.seq), place.owner)
+    elseif place.lease ~= request.lease or place.ttl ~= request.ttl
+        or place.shared ~= request.shared or place.limit ~= request.limit then
+        fields = {}
     end
     place.lease, place.ttl = request.lease, request.ttl
     place.shared, place.limit = request.shared, request.limit
-    place.lease_until = state.now + request.lease
-        + math.ceil(request.lease / PLACE_GRACE_DIVISOR)
-    store_queue(state, {
-        'w:' .. request.owner,
-        table.concat({ int(place.seq), int(place.lease_until), int(place.lease),
-            int(place.ttl), place.shared and 's' or 'x', int(place.limit or 0),
-            int(place.since or state.now) }, ' '),
-    })
-    return { 0, wake_in(state, place, index), list }
+    place.lease_until = lease_until(st.now, request.lease)
+    if fields then
+        table.insert(fields, 'w:' .. place.owner)
+        table.insert(fields, w_value(place))
+        redis.call('HSET', st.qkey, unpack(fields))
+    end
+    redis.call('ZADD', lkey(st), int(place.lease_until), place.owner)
+    keep_queue(st, place.lease_until)
+    mark_queued(st)
+    return { 0, wake_in(st, place), list }
 end
 
 -- FCALL lock_cancel 1 key owner
@@ -910,31 +1587,19 @@ local function lock_cancel(keys, args)
         arity('lock_cancel')
     end
     local owner = parse_owner(args[1])
-    local state = open(keys[1])
+    local st = open(keys[1], owner)
     local had = false
-    local place, index = place_of(state, owner)
-    if place then
-        table.remove(state.queue.places, index)
-        drop_fields(state, { 'w:' .. owner })
+    if place_of(st, owner) then
+        drop_places(st, { owner })
         had = true
     end
-    local token = state.queue.grants[owner]
-    local h = holding_of(state, owner)
-    if token and h and h.token == token then
-        for i, x in ipairs(state.lock.holders) do
-            if x == h then
-                table.remove(state.lock.holders, i)
-                break
-            end
-        end
-        if last_expiry(state) then
-            redis.call('HDEL', state.key, 'h:' .. owner)
-        end
-        store_lock(state)
+    local h = holding_of(st, owner)
+    if h and h.granted then
+        remove_holding(st, h)
+        collect(st, h)
         had = true
     end
-    collect(state, owner)
-    settle(state)
+    settle(st)
     return had and 1 or 0
 end
 

@@ -6,5 +6,5 @@ package redislock
 // MinLibraryVersion to LibraryVersion, both included.
 const (
 	MinLibraryVersion = 2
-	LibraryVersion    = 2
+	LibraryVersion    = 3
 )

@@ -337,55 +337,111 @@ fn tokens_grow_across_release_expiry_del_and_a_lost_queue_key() {
     next(&mut con, "c", 60_000);
     let _: i64 = query(&mut con, &["DEL", "jobs:1"]).unwrap(); // force-release
     next(&mut con, "d", 60_000);
-    // The mark in the queue key wins over the clock: raise it far ahead.
-    let queue = "jobs:1{jobs:1}:lockq";
+    // The mark key wins over the clock: raise it far ahead.
+    let mark = "jobs:1{jobs:1}:lockm";
     let ahead = last.get() + 1_000_000_000;
-    let _: i64 = query(&mut con, &["HSET", queue, "mark", &ahead.to_string()]).unwrap();
+    let _: () = query(&mut con, &["SET", mark, &ahead.to_string(), "KEEPTTL"]).unwrap();
     assert_eq!(lib.release(&mut con, "jobs:1", "d"), 1);
     next(&mut con, "e", 60_000);
     assert!(last.get() > ahead);
-    // Both keys gone (the mark expired, an hour after the lock's last use, or an
+    // Both keys gone (the mark expired, an hour after it was set, or an
     // administrator deleted it): the clock floor still puts the next token above
     // every token handed out before the mark ran ahead of the clock, once the
     // clock has moved on by a millisecond (a grant in the same millisecond as the
     // last one, with the mark gone in between, would repeat its token).
     std::thread::sleep(std::time::Duration::from_millis(5));
-    let _: i64 = query(&mut con, &["DEL", "jobs:1", queue]).unwrap();
+    let _: i64 = query(&mut con, &["DEL", "jobs:1", mark]).unwrap();
     let token = lib
         .acquire(&mut con, "jobs:1", "f", 1000, &[])
         .unwrap()
         .unwrap();
     assert!(token > ahead - 1_000_000_000, "{token} {ahead}");
+    // Something else at the mark's name is replaced by the next grant, its token
+    // from the clock floor.
+    assert_eq!(lib.release(&mut con, "jobs:1", "f"), 1);
+    let _: () = query(&mut con, &["SET", mark, "not a number"]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let next = lib
+        .acquire(&mut con, "jobs:1", "g", 1000, &[])
+        .unwrap()
+        .unwrap();
+    assert!(next > token, "{next} after {token}");
 }
 
 #[test]
 fn side_keys_carry_the_lock_keys_slot_and_prefix_and_expire() {
     let (_lib, mut con) = library_server(Config::default());
     let lib = Backend::Functions;
-    for (key, queue) in [
-        ("jobs:1", "jobs:1{jobs:1}:lockq"),
-        ("{jobs}:2", "{jobs}:2:lockq"),
-        ("a{b}c", "a{b}c:lockq"),
-    ] {
+    for key in ["jobs:1", "{jobs}:2", "a{b}c"] {
+        let side = |suffix: &str| {
+            if key.contains('{') {
+                format!("{key}{suffix}")
+            } else {
+                format!("{key}{{{key}}}{suffix}")
+            }
+        };
+        let keys = |con: &mut Connection| {
+            let mut keys: Vec<String> = query(con, &["KEYS", &format!("{key}*")]).unwrap();
+            keys.sort();
+            keys
+        };
+        let sorted = |mut names: Vec<String>| {
+            names.sort();
+            names
+        };
         assert!(lib
             .acquire(&mut con, key, "a", 60_000, &[])
             .unwrap()
             .is_some());
-        let keys: Vec<String> = query(&mut con, &["KEYS", &format!("{key}*")]).unwrap();
-        let mut keys = keys;
-        keys.sort();
-        let mut expected = vec![key.to_string(), queue.to_string()];
-        expected.sort();
-        assert_eq!(keys, expected);
-        assert_eq!(slot(key), slot(queue), "{key}");
-        // The queue key keeps the token mark an hour past the lock's end.
-        let left = pttl(&mut con, queue);
-        assert!(left > 60_000 && left <= 3_660_000, "{key}: {left}");
+        // The mark lives an hour from when the clock set it.
+        assert_eq!(keys(&mut con), sorted(vec![key.into(), side(":lockm")]));
+        let left = pttl(&mut con, &side(":lockm"));
+        assert!(left > 3_500_000 && left <= 3_600_000, "{key}: {left}");
+        // A waiter: the queue hash and the places by arrival and by lapse, kept ten
+        // minutes past the place's lease.
+        let (token, _, _): (i64, i64, String) = lib
+            .cmd("lock_wait", Some(key), &[b"b", b"60000"])
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(token, 0);
+        let queue = [side(":lockq"), side(":lockw"), side(":lockl")];
+        let mut expected = vec![key.to_string(), side(":lockm")];
+        expected.extend(queue.iter().cloned());
+        assert_eq!(keys(&mut con), sorted(expected));
+        for name in &queue {
+            let left = pttl(&mut con, name);
+            assert!(left > 600_000 && left <= 602_500, "{name}: {left}");
+        }
+        // The release hands the lock to b: its grant list lasts as the grant.
         assert_eq!(lib.release(&mut con, key, "a"), 1);
-        assert_eq!(query::<i64>(&mut con, &["EXISTS", key]).unwrap(), 0);
+        let list = side(":lockg:b");
+        assert_eq!(
+            keys(&mut con),
+            sorted(vec![key.into(), side(":lockm"), list.clone()])
+        );
+        let left = pttl(&mut con, &list);
+        assert!(left > 0 && left <= 2_000, "{list}: {left}");
+        assert_eq!(lib.release(&mut con, key, "b"), 1);
+        // A shared lock: the holdings by expiry, with K.
+        assert!(lib
+            .acquire(&mut con, key, "r", 60_000, &["SHARED"])
+            .unwrap()
+            .is_some());
+        assert_eq!(
+            keys(&mut con),
+            sorted(vec![key.into(), side(":lockm"), side(":lockh")])
+        );
+        let expiry =
+            |con: &mut Connection, key: &str| -> i64 { query(con, &["PEXPIRETIME", key]).unwrap() };
+        assert_eq!(expiry(&mut con, &side(":lockh")), expiry(&mut con, key));
+        assert_eq!(lib.release(&mut con, key, "r"), 1);
+        assert_eq!(keys(&mut con), [side(":lockm")]);
+        for name in ["q", "w", "l", "m", "h", "g:b"] {
+            assert_eq!(slot(key), slot(&side(&format!(":lock{name}"))), "{key}");
+        }
     }
-    let type_: String = query(&mut con, &["TYPE", "{jobs}:2:lockq"]).unwrap();
-    assert_eq!(type_, "hash");
+    let type_: String = query(&mut con, &["TYPE", "{jobs}:2:lockm"]).unwrap();
+    assert_eq!(type_, "string");
 }
 
 /// The Cluster hash slot of a key (CRC16/XMODEM of its hash tag, or of all of it).

@@ -16,7 +16,8 @@ use library::{library_server, wait_acquire, waiter_connection, Backend, WaitRequ
 
 const LIB: Backend = Backend::Functions;
 
-/// A key's type, contents (hash fields as `field=value`, sorted) and absolute expiry.
+/// A key's type, contents (hash fields as `field=value`, sorted; a sorted set's
+/// members and scores in order) and absolute expiry.
 type Stored = (String, Vec<Vec<u8>>, i64);
 
 /// Every key with its type, contents and absolute expiry (PEXPIRETIME).
@@ -33,6 +34,14 @@ fn dataset(con: &mut Connection) -> BTreeMap<Vec<u8>, Stored> {
                     .arg(-1)
                     .query(con)
                     .unwrap(),
+                "zset" => redis::cmd("ZRANGE")
+                    .arg(&key)
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES")
+                    .query(con)
+                    .unwrap(),
+                "string" => vec![redis::cmd("GET").arg(&key).query(con).unwrap()],
                 other => panic!("a {other} key"),
             };
             if type_ == "hash" {

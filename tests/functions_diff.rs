@@ -5,10 +5,16 @@
 //! grant their waiters in the same order.
 //!
 //! `DIFF_SEED=n` runs one sequence; `DIFF_STEPS=n` sets its length.
+//!
+//! At scale (1,000 and 10,000 holders of one lock, and as many waiters queued for
+//! one), the same calls get the same replies and the same holders in the same
+//! order; `DIFF_SCALE=n` runs one size.
 
 mod library;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::net::TcpStream;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -430,5 +436,316 @@ fn the_library_and_the_module_agree_on_random_sequences() {
     };
     for seed in seeds {
         run(seed, steps);
+    }
+}
+
+/// One side of the scale test: a server and a connection to it.
+struct Scaled {
+    side: Side,
+    con: Connection,
+}
+
+impl Scaled {
+    fn backend(&self) -> Backend {
+        match self.side {
+            Side::Module => Backend::Module,
+            Side::Library => Backend::Functions,
+        }
+    }
+
+    /// The same calls, pipelined; their replies.
+    fn calls(&mut self, function: &str, key: &str, each: &[Vec<String>]) -> Vec<Value> {
+        let backend = self.backend();
+        let mut pipe = redis::pipe();
+        for args in each {
+            let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+            pipe.add_command(backend.cmd(function, Some(key), &args));
+        }
+        pipe.query(&mut self.con).unwrap()
+    }
+
+    fn call(&mut self, function: &str, key: &str, args: &[&str]) -> Value {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        self.calls(function, key, &[args]).remove(0)
+    }
+
+    fn view(&mut self, key: &str) -> Option<View> {
+        let backend = self.backend();
+        view(backend.info(&mut self.con, key))
+    }
+}
+
+/// Both sides' replies to the same calls: equal, tokens by their order per key.
+fn same_replies(order: &mut TokenOrder, key: &str, what: &str, m: Vec<Value>, l: Vec<Value>) {
+    assert_eq!(m.len(), l.len(), "{what}");
+    for (i, (a, b)) in m.into_iter().zip(l).enumerate() {
+        match (a, b) {
+            (Value::Int(x), Value::Int(y)) if what.starts_with("lock_acquire") => {
+                order.check(key, x, y, what)
+            }
+            (a, b) => assert_eq!(a, b, "{what} #{i}"),
+        }
+    }
+}
+
+/// Both sides hold the same at `key`: mode, holders in order (owners, limits,
+/// tokens by their order, TTLs within a second, but for grants to waiters, which
+/// the library makes for a place's lease until collected), waiters and the first
+/// of them.
+fn same_views(order: &mut TokenOrder, key: &str, m: Option<View>, l: Option<View>, what: &str) {
+    let granted = what.contains("granted");
+    let (Some(m), Some(l)) = (m, l) else {
+        panic!("{what}: one side is free");
+    };
+    assert_eq!((&m.0, m.2, &m.3), (&l.0, l.2, &l.3), "{what}");
+    assert_eq!(m.1.len(), l.1.len(), "{what}");
+    for (a, b) in m.1.iter().zip(&l.1) {
+        assert_eq!((&a.0, a.3), (&b.0, b.3), "{what}");
+        assert!(
+            granted || (a.1 - b.1).abs() <= 1000,
+            "{what}: ttl {a:?} / {b:?}"
+        );
+        order.check(key, a.2, b.2, what);
+    }
+}
+
+/// `n` clients of the module queued for `key`, in this order, each on a socket of
+/// its own that is never read (their grants are seen in LOCK.INFO).
+fn module_waiters(
+    url: &str,
+    con: &mut Connection,
+    key: &str,
+    owners: &[String],
+    mode: &[&str],
+) -> Vec<TcpStream> {
+    let address = url.trim_start_matches("redis://").trim_end_matches('/');
+    let mut sockets = Vec::new();
+    let before = Backend::Module.info(con, key).map_or(0, |i| i.waiters);
+    for (i, owner) in owners.iter().enumerate() {
+        let mut words = vec!["LOCK.ACQUIRE", key, owner.as_str(), "600000"];
+        words.extend_from_slice(mode);
+        words.extend(["WAIT", "0"]);
+        let mut command = format!("*{}\r\n", words.len());
+        for word in words {
+            command.push_str(&format!("${}\r\n{word}\r\n", word.len()));
+        }
+        let mut socket = TcpStream::connect(address).unwrap();
+        socket.write_all(command.as_bytes()).unwrap();
+        sockets.push(socket);
+        // Queued before the next one arrives: FIFO needs the order known.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Backend::Module.info(con, key).map_or(0, |i| i.waiters) < before + i as i64 + 1 {
+            assert!(Instant::now() < deadline, "{owner} never queued");
+        }
+    }
+    sockets
+}
+
+/// `n` places in the library's queue for `key`, in this order (their leases long
+/// enough for the test: no client renews them).
+fn library_waiters(con: &mut Connection, key: &str, owners: &[String], mode: &[&str]) {
+    let mut pipe = redis::pipe();
+    for owner in owners {
+        let mut args: Vec<&[u8]> = vec![owner.as_bytes(), b"600000"];
+        args.extend(mode.iter().map(|m| m.as_bytes()));
+        args.extend([&b"LEASE"[..], b"60000"]);
+        pipe.add_command(Backend::Functions.cmd("lock_wait", Some(key), &args));
+    }
+    let replies: Vec<(i64, i64, Vec<u8>)> = pipe.query(con).unwrap();
+    assert!(replies.iter().all(|r| r.0 == 0), "every one queued");
+}
+
+fn scale(n: usize) {
+    let module = Server::with(Config::default().set("maxclients", "12000"));
+    let (library, l) = library_server(Config::default());
+    let mut m = Scaled {
+        side: Side::Module,
+        con: module.connection(),
+    };
+    let mut l = Scaled {
+        side: Side::Library,
+        con: l,
+    };
+    let mut order = TokenOrder::default();
+    let owners = |prefix: &str| -> Vec<String> { (0..n).map(|i| format!("{prefix}{i}")).collect() };
+    let both = |m: &mut Scaled,
+                l: &mut Scaled,
+                order: &mut TokenOrder,
+                f: &str,
+                key: &str,
+                args: &[&str]| {
+        let what = format!("{f} {key} {args:?} (n = {n})");
+        let a = m.call(f, key, args);
+        let b = l.call(f, key, args);
+        same_replies(order, key, &what, vec![a], vec![b]);
+    };
+    let compare =
+        |m: &mut Scaled, l: &mut Scaled, order: &mut TokenOrder, key: &str, what: &str| {
+            let (a, b) = (m.view(key), l.view(key));
+            same_views(order, key, a, b, &format!("{what} (n = {n})"));
+        };
+
+    // n readers of one lock.
+    let readers = owners("r");
+    let each: Vec<Vec<String>> = readers
+        .iter()
+        .map(|o| vec![o.clone(), "600000".into(), "SHARED".into()])
+        .collect();
+    let (a, b) = (
+        m.calls("lock_acquire", "s", &each),
+        l.calls("lock_acquire", "s", &each),
+    );
+    same_replies(&mut order, "s", "lock_acquire readers", a, b);
+    compare(&mut m, &mut l, &mut order, "s", "n readers");
+    let limit = n.to_string();
+    let more = (n + 1).to_string();
+    let middle = readers[n / 2].clone();
+    let s = |m: &mut Scaled, l: &mut Scaled, order: &mut TokenOrder, f: &str, args: &[&str]| {
+        both(m, l, order, f, "s", args)
+    };
+    s(
+        &mut m,
+        &mut l,
+        &mut order,
+        "lock_acquire",
+        &["over", "600000", "LIMIT", &limit],
+    );
+    s(
+        &mut m,
+        &mut l,
+        &mut order,
+        "lock_acquire",
+        &["over", "600000", "LIMIT", &more],
+    );
+    s(
+        &mut m,
+        &mut l,
+        &mut order,
+        "lock_acquire",
+        &["writer", "600000"],
+    );
+    s(
+        &mut m,
+        &mut l,
+        &mut order,
+        "lock_extend",
+        &[&middle, "900000"],
+    );
+    s(
+        &mut m,
+        &mut l,
+        &mut order,
+        "lock_extend",
+        &["nobody", "900000"],
+    );
+    s(&mut m, &mut l, &mut order, "lock_release", &[&readers[0]]);
+    s(
+        &mut m,
+        &mut l,
+        &mut order,
+        "lock_release",
+        &[&readers[n - 1]],
+    );
+    s(
+        &mut m,
+        &mut l,
+        &mut order,
+        "lock_acquire",
+        &[&readers[1], "600000", "SHARED"],
+    );
+    // Ten of them lapse.
+    let shortened: Vec<Vec<String>> = readers[2..12]
+        .iter()
+        .map(|o| vec![o.clone(), "50".into()])
+        .collect();
+    let (a, b) = (
+        m.calls("lock_extend", "s", &shortened),
+        l.calls("lock_extend", "s", &shortened),
+    );
+    same_replies(&mut order, "s", "lock_extend shortened", a, b);
+    thread::sleep(Duration::from_millis(200));
+    compare(&mut m, &mut l, &mut order, "s", "lapsed");
+    s(
+        &mut m,
+        &mut l,
+        &mut order,
+        "lock_acquire",
+        &["late", "600000", "SHARED"],
+    );
+    compare(&mut m, &mut l, &mut order, "s", "after the lapses");
+    let all: Vec<String> = m
+        .view("s")
+        .unwrap()
+        .1
+        .iter()
+        .map(|h| String::from_utf8(h.0.clone()).unwrap())
+        .collect();
+    let each: Vec<Vec<String>> = all.iter().map(|o| vec![o.clone()]).collect();
+    let (a, b) = (
+        m.calls("lock_release", "s", &each),
+        l.calls("lock_release", "s", &each),
+    );
+    same_replies(&mut order, "s", "lock_release all", a, b);
+    assert_eq!((m.view("s"), l.view("s")), (None, None));
+
+    // n readers queued behind a writer, granted together by its release.
+    for side in [&mut m, &mut l] {
+        assert!(matches!(
+            side.call("lock_acquire", "q", &["writer", "600000"]),
+            Value::Int(_)
+        ));
+    }
+    let waiting = owners("w");
+    let sockets = module_waiters(&module.url(), &mut m.con, "q", &waiting, &["SHARED"]);
+    library_waiters(&mut l.con, "q", &waiting, &["SHARED"]);
+    compare(&mut m, &mut l, &mut order, "q", "n waiters");
+    both(
+        &mut m,
+        &mut l,
+        &mut order,
+        "lock_acquire",
+        "q",
+        &["late", "600000", "SHARED"],
+    );
+    both(&mut m, &mut l, &mut order, "lock_release", "q", &["writer"]);
+    compare(&mut m, &mut l, &mut order, "q", "n waiters granted");
+    drop(sockets);
+
+    // Writers queued behind a writer, granted one by one in their order (at most
+    // 1,000: each is a release and a look on both sides).
+    let n = n.min(1_000);
+    let owners = |prefix: &str| -> Vec<String> { (0..n).map(|i| format!("{prefix}{i}")).collect() };
+    for side in [&mut m, &mut l] {
+        assert!(matches!(
+            side.call("lock_acquire", "x", &["first", "600000"]),
+            Value::Int(_)
+        ));
+    }
+    let writers = owners("x");
+    let _more = module_waiters(&module.url(), &mut m.con, "x", &writers, &[]);
+    library_waiters(&mut l.con, "x", &writers, &[]);
+    compare(&mut m, &mut l, &mut order, "x", "n writers");
+    let mut holder = "first".to_string();
+    for next in &writers {
+        both(&mut m, &mut l, &mut order, "lock_release", "x", &[&holder]);
+        let (a, b) = (m.view("x").unwrap(), l.view("x").unwrap());
+        assert_eq!(a.1[0].0, next.as_bytes(), "the module's order (n = {n})");
+        assert_eq!(b.1[0].0, next.as_bytes(), "the library's order (n = {n})");
+        order.check("x", a.1[0].2, b.1[0].2, "writers");
+        holder = next.clone();
+    }
+    drop(library);
+}
+
+#[test]
+fn the_library_and_the_module_agree_at_scale() {
+    let sizes: Vec<usize> = match std::env::var("DIFF_SCALE") {
+        Ok(n) => vec![n.parse().expect("DIFF_SCALE is a number")],
+        Err(_) => vec![1_000, 10_000],
+    };
+    for n in sizes {
+        let started = Instant::now();
+        scale(n);
+        eprintln!("scale {n}: {:?}", started.elapsed());
     }
 }

@@ -544,3 +544,48 @@ fn info_lists_the_first_ten_waiters_oldest_first_with_mode_limit_and_wait() {
         handle.join().unwrap();
     }
 }
+
+/// docs/PROTOCOL.md, "Bounds": any of the queue's keys deleted by hand drops the
+/// queue, and each waiter queues again at its next renewal (one lease): all of
+/// them are granted once the holder releases, each once.
+#[test]
+fn a_queue_key_deleted_by_hand_drops_the_queue_and_its_waiters_queue_again() {
+    let (server, mut con) = library_server(Config::default());
+    for suffix in [":lockq", ":lockw", ":lockl"] {
+        let key = format!("d{suffix}");
+        assert!(LIB
+            .acquire(&mut con, &key, "holder", 60_000, &[])
+            .unwrap()
+            .is_some());
+        let (done, granted) = mpsc::channel();
+        let handles: Vec<_> = (0..3)
+            .map(|i| {
+                let mut request = WaitRequest::new(&key, &format!("w{i}"), 60_000);
+                request.lease_ms = Some(1000);
+                spawn_waiter(&server, &mut con, request, &done)
+            })
+            .collect();
+        assert_eq!(waiters(&mut con, &key), 3, "{suffix}");
+        let side = format!("{key}{{{key}}}{suffix}");
+        let _: i64 = query(&mut con, &["DEL", &side]).unwrap();
+        assert_eq!(LIB.release(&mut con, &key, "holder"), 1);
+        let mut tokens = Vec::new();
+        for _ in 0..3 {
+            // Within a renewal (1 s) and what the first ones hold (none), with room
+            // for a loaded machine; a queue kept broken grants none.
+            let (owner, token, _) = granted
+                .recv_timeout(Duration::from_secs(5))
+                .unwrap_or_else(|_| panic!("{suffix}: a waiter was never granted"));
+            let token = token.expect("granted");
+            tokens.push(token);
+            assert_eq!(LIB.release(&mut con, &key, &owner), 1, "{suffix}: {owner}");
+        }
+        let mut sorted = tokens.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 3, "{suffix}: {tokens:?}");
+        for handle in handles {
+            handle.join().unwrap();
+        }
+    }
+}

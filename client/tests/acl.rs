@@ -1,7 +1,8 @@
 //! The ACL each backend needs (docs/PROTOCOL.md, "ACL"), exactly: the client runs
 //! as a user with the rules that page lists (an acquire that waits in the queue, an
-//! extend, a release that hands the lock on, `lock_info`, a semaphore), and fails
-//! without any one of the commands listed.
+//! extend, a release that hands the lock on, `lock_info`, a semaphore, on the
+//! library the release of a lock stored by version 2), and fails without any one
+//! of the commands listed.
 
 use redis_lock_testkit as common;
 
@@ -35,9 +36,11 @@ fn allowed(rules: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// What a user does with locks: a holder, a waiter queued behind it and handed the
-/// lock by its release, an extend, `lock_info`, and a semaphore of two permits with
-/// a third asker turned away. The first error, as text.
+/// What a user does with locks: a holder, two waiters queued behind it and handed
+/// the lock in turn by its release and the first one's, an extend, `lock_info`, a
+/// semaphore of two permits with a third asker turned away and a permit extended,
+/// and on the library the release of a lock stored by version 2. The first
+/// error, as text.
 async fn workload(url: &str, expected: Backend) -> Result<(), String> {
     let client = redis::Client::open(url).map_err(|e| e.to_string())?;
     let locks = LockClient::new(client);
@@ -50,25 +53,42 @@ async fn workload(url: &str, expected: Backend) -> Result<(), String> {
     if a.backend() != expected {
         return Err(format!("on {} instead of {expected}", a.backend()));
     }
-    let waiting = locks.clone();
-    let waiter = tokio::spawn(async move {
-        waiting
-            .acquire("jobs:1", TTL, Wait::For(Duration::from_secs(5)))
-            .await
-    });
-    let outcome = async {
-        loop {
-            let info = locks.lock_info("jobs:1").await.map_err(said)?;
-            if info.is_some_and(|i| i.waiters == 1) {
-                break;
+    // Two waiters, queued one after the other.
+    let mut waiters = Vec::new();
+    for queued in 1..=2 {
+        let waiting = locks.clone();
+        waiters.push(tokio::spawn(async move {
+            waiting
+                .acquire("jobs:1", TTL, Wait::For(Duration::from_secs(5)))
+                .await
+        }));
+        let outcome = async {
+            loop {
+                let info = locks.lock_info("jobs:1").await.map_err(said)?;
+                if info.is_some_and(|i| i.waiters == queued) {
+                    return Ok(());
+                }
+                if waiters.iter().any(|w| w.is_finished()) {
+                    return Err("a waiter gave up".to_string());
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            if waiter.is_finished() {
-                return Err("the waiter gave up".to_string());
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        .await;
+        if let Err(error) = outcome {
+            for waiter in waiters {
+                if waiter.is_finished() {
+                    waiter.await.map_err(|e| e.to_string())?.map_err(said)?;
+                } else {
+                    waiter.abort();
+                }
+            }
+            return Err(error);
+        }
+    }
+    let handed_on = async {
         if !locks.extend(&a, TTL).await.map_err(said)? {
-            return Err("extend answered 0".into());
+            return Err("extend answered 0".to_string());
         }
         if !locks.release(&a).await.map_err(said)? {
             return Err("release answered 0".into());
@@ -76,21 +96,24 @@ async fn workload(url: &str, expected: Backend) -> Result<(), String> {
         Ok(())
     }
     .await;
-    if let Err(error) = outcome {
-        if !waiter.is_finished() {
+    let mut last = a.token();
+    for waiter in waiters {
+        if handed_on.is_err() && !waiter.is_finished() {
             waiter.abort();
-            return Err(error);
+            continue;
         }
+        let b = waiter
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(said)?
+            .ok_or("a waiter was not handed the lock")?;
+        if b.token() <= last {
+            return Err(format!("token {} after {last}", b.token()));
+        }
+        last = b.token();
+        locks.release(&b).await.map_err(said)?;
     }
-    let b = waiter
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(said)?
-        .ok_or("the waiter was not handed the lock")?;
-    if b.token() <= a.token() {
-        return Err(format!("token {} after {}", b.token(), a.token()));
-    }
-    locks.release(&b).await.map_err(said)?;
+    handed_on?;
     let permit = || Request::new("jobs:sem", TTL).limit(2);
     let first = locks.acquire_with(permit()).await.map_err(said)?;
     let second = locks.acquire_with(permit()).await.map_err(said)?;
@@ -100,20 +123,51 @@ async fn workload(url: &str, expected: Backend) -> Result<(), String> {
     if locks.acquire_with(permit()).await.map_err(said)?.is_some() {
         return Err("a third permit".into());
     }
+    if !locks.extend(&first, TTL).await.map_err(said)? {
+        return Err("a permit's extend answered 0".into());
+    }
+    let info = locks.lock_info("jobs:sem").await.map_err(said)?;
+    if info.map(|i| i.holders.len()) != Some(2) {
+        return Err("lock_info does not show the two permits".into());
+    }
     for permit in [first, second] {
         if !locks.release(&permit).await.map_err(said)? {
             return Err("a permit's release answered 0".into());
         }
     }
+    if expected != Backend::Module && !locks.release_owner("jobs:old", "old").await.map_err(said)? {
+        return Err("the lock of version 2 was not released".into());
+    }
     Ok(())
 }
 
 /// Sets the user `worker` on `server` to `rules` (a fresh user), with a clean
-/// dataset and script cache.
-fn set_user(server: &Server, rules: &[String]) {
+/// dataset and script cache; on the library, with a lock stored by version 2 at
+/// `jobs:old`.
+fn set_user(server: &Server, rules: &[String], backend: Backend) {
     let mut admin = server.connection();
     let _: () = redis::cmd("FLUSHALL").query(&mut admin).unwrap();
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut admin).unwrap();
+    if backend != Backend::Module {
+        let fields = [
+            "redislock",
+            "2",
+            "mode",
+            "exclusive",
+            "h:old",
+            "7 9007199254740991",
+        ];
+        let _: () = redis::cmd("HSET")
+            .arg("jobs:old")
+            .arg(&fields[..])
+            .query(&mut admin)
+            .unwrap();
+        let _: () = redis::cmd("PEXPIRE")
+            .arg("jobs:old")
+            .arg(60_000)
+            .query(&mut admin)
+            .unwrap();
+    }
     let _: () = redis::cmd("ACL")
         .arg("SETUSER")
         .arg("worker")
@@ -126,18 +180,22 @@ fn set_user(server: &Server, rules: &[String]) {
         .unwrap();
 }
 
-/// The documented rules work on `server`, and each command they allow is needed.
-fn exactly_the_documented_acl(server: &Server, name: &str, backend: Backend) {
-    let rules = documented_rules(name);
+/// The documented rules work on `server`, and each command they allow is needed
+/// (but for those `unused` by this server's version, as PROTOCOL.md says).
+fn exactly_the_documented_acl(server: &Server, name: &str, backend: Backend, unused: &[&str]) {
+    let rules: Vec<String> = documented_rules(name)
+        .into_iter()
+        .filter(|rule| !unused.contains(&rule.as_str()))
+        .collect();
     let url = format!("redis://worker:secret@127.0.0.1:{}/", server.port);
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    set_user(server, &rules);
+    set_user(server, &rules, backend);
     runtime
         .block_on(workload(&url, backend))
         .unwrap_or_else(|e| panic!("{name} with {rules:?}: {e}"));
     for command in allowed(&rules) {
         let fewer: Vec<String> = rules.iter().filter(|w| **w != command).cloned().collect();
-        set_user(server, &fewer);
+        set_user(server, &fewer, backend);
         let outcome = runtime.block_on(workload(&url, backend));
         let error = outcome.expect_err(&format!("{name} without {command}: no error"));
         assert!(
@@ -152,23 +210,24 @@ fn exactly_the_documented_acl(server: &Server, name: &str, backend: Backend) {
 #[test]
 fn the_module_needs_exactly_the_documented_acl() {
     let server = Server::start();
-    exactly_the_documented_acl(&server, "module", Backend::Module);
+    exactly_the_documented_acl(&server, "module", Backend::Module, &[]);
 }
 
 #[test]
 fn the_function_library_needs_exactly_the_documented_acl() {
     let server = Server::with(Config::default().without_module());
     common::load_library(&mut server.connection());
-    exactly_the_documented_acl(&server, "functions", Backend::Functions);
+    exactly_the_documented_acl(&server, "functions", Backend::Functions, &[]);
 }
 
 #[test]
 fn the_scripts_path_needs_exactly_the_documented_acl() {
     let server = Server::with(Config::default().without_module());
-    exactly_the_documented_acl(&server, "scripts", Backend::Scripts);
-    // And on Redis 6.2, where it is the only way.
+    exactly_the_documented_acl(&server, "scripts", Backend::Scripts, &[]);
+    // And on Redis 6.2, where it is the only way (and the library sets absolute
+    // expiry times only: no PEXPIRE).
     if let Some(binary) = common::redis62_server() {
         let old = Server::with(Config::default().without_module().binary(binary));
-        exactly_the_documented_acl(&old, "scripts", Backend::Scripts);
+        exactly_the_documented_acl(&old, "scripts", Backend::Scripts, &["+pexpire"]);
     }
 }

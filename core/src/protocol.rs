@@ -26,7 +26,7 @@ pub const LIBRARY_NAME: &str = "redislock";
 /// The version of the `redislock` library in this repository (`lua/redislock.lua`'s
 /// `local VERSION`, what its `lock_version` answers). Every change of the library's
 /// stored format or of any reply makes a new version (docs/PROTOCOL.md, "Versions").
-pub const LIBRARY_VERSION: i64 = 2;
+pub const LIBRARY_VERSION: i64 = 3;
 
 /// The oldest library version a client of this protocol accepts. Version 1 changed
 /// its stored format twice under one number, so a client cannot know what it reads.

@@ -250,14 +250,14 @@ pub fn library_server(
     (server, con)
 }
 
-/// The previous library, version 1 as it was last released
-/// (tests/fixtures/redislock-v1.lua).
-pub fn library_v1() -> String {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/redislock-v1.lua"
+/// An earlier library as it was last committed: version 1 or 2
+/// (tests/fixtures/redislock-v<n>.lua).
+pub fn library_version(version: u32) -> String {
+    let path = format!(
+        "{}/tests/fixtures/redislock-v{version}.lua",
+        env!("CARGO_MANIFEST_DIR")
     );
-    std::fs::read_to_string(path).expect("tests/fixtures/redislock-v1.lua")
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
 /// `FUNCTION LOAD REPLACE` of `source`.

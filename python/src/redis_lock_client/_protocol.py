@@ -34,7 +34,7 @@ CONTROL_LIMIT = 2.0
 
 #: The version of the library this client carries (``lock_version``), the newest it
 #: accepts.
-LIBRARY_VERSION = 2
+LIBRARY_VERSION = 3
 
 #: The oldest library version this client accepts.
 MIN_LIBRARY_VERSION = 2
