@@ -264,7 +264,8 @@ async function handle(request: Json, id: number): Promise<Json> {
 function kind(error: unknown): string {
   if (error instanceof Refused) return error.kind;
   if (error instanceof WaitUnansweredError) return "wait_unanswered";
-  if (error instanceof LibraryVersionError) return "library_too_old";
+  if (error instanceof LibraryVersionError)
+    return error.found > error.max ? "library_too_new" : "library_too_old";
   if (error instanceof NoBackendError) return "no_backend";
   if (error instanceof LockLostError) return "lock_lost";
   if (error instanceof RangeError || error instanceof TypeError) return "invalid_argument";

@@ -27,6 +27,7 @@ from ._holding import (
     check_ttl,
     granted_after_wait,
     new_owner,
+    unanswered,
     wait_of,
     withdraw_limit,
 )
@@ -157,7 +158,10 @@ class _AsyncHolder:
             if self._owner == owner:
                 self._forget()
             await self._withdraw(backend, owner, withdraw_limit(cut_short))
-            raise
+            told = unanswered(self.key, cut_short, wait_ms, read_limit)
+            if told is cut_short:
+                raise
+            raise told from cut_short
 
     async def _refresh(self, backend: Backend, owner: str, lease: Lease) -> Lease:
         sent = time.monotonic()

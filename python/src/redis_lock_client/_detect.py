@@ -32,10 +32,17 @@ def detect(forced: BackendName = None) -> Generator[Step, Any, Backend]:
     :class:`NoLockBackendError` if it has none."""
     why: list[str] = []
     if forced in (None, "module"):
-        reply = yield Step(("COMMAND", "INFO", "LOCK.ACQUIRE"))
-        if _names_a_command(reply):
-            return ModuleBackend()
-        why.append("no LOCK.ACQUIRE command")
+        reply: Any = None
+        try:
+            reply = yield Step(("COMMAND", "INFO", "LOCK.ACQUIRE"))
+        except redis.exceptions.ResponseError as error:
+            # A user whose ACL allows the library's calls only (NOPERM here) still
+            # finds the library; a module's user is given COMMAND INFO (PROTOCOL.md).
+            why.append(f"COMMAND INFO refused ({error})")
+        else:
+            if _names_a_command(reply):
+                return ModuleBackend()
+            why.append("no LOCK.ACQUIRE command")
     if forced in (None, "functions"):
         # lock_version itself, not FUNCTION LIST: a user whose ACL allows FCALL and
         # FCALL_RO only (as managed services give) may not list functions.

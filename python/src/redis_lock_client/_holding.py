@@ -26,6 +26,22 @@ def withdraw_limit(error: BaseException) -> float:
     return RELEASE_LIMIT
 
 
+def unanswered(
+    key: str, error: BaseException, wait_ms: int | None, read_limit: float | None
+) -> BaseException:
+    """What an acquire cut short by ``error`` raises: a wait the server left
+    unanswered past its timeout and the margin says so (a hung server, a cut
+    network), still as redis-py's ``TimeoutError``; anything else as it came."""
+    if not wait_ms or read_limit is None:
+        return error
+    if not isinstance(error, (redis.exceptions.TimeoutError, TimeoutError)):
+        return error
+    return redis.exceptions.TimeoutError(
+        f"lock {key!r}: the server did not answer the wait within {read_limit:.3f} s "
+        f"(its timeout and a {WAIT_MARGIN} s margin): the server or the network hangs"
+    )
+
+
 def new_owner() -> str:
     """A fresh owner id per acquire, that says who holds: ``host:pid:`` and 16 random
     hex digits (``web-3:4121:9f0c2a...``), so ``LOCK.INFO`` and ``redis-lock info``

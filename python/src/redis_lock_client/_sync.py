@@ -24,6 +24,7 @@ from ._holding import (
     check_ttl,
     granted_after_wait,
     new_owner,
+    unanswered,
     wait_of,
     withdraw_limit,
 )
@@ -153,7 +154,10 @@ class _Holder:
             if self._owner == owner:
                 self._forget()
             self._withdraw(backend, owner, withdraw_limit(cut_short))
-            raise
+            told = unanswered(self.key, cut_short, wait_ms, read_limit)
+            if told is cut_short:
+                raise
+            raise told from cut_short
 
     def _held(self, backend: Backend, owner: str, token: int, lease: Lease) -> None:
         self._owner = owner
