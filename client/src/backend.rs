@@ -150,10 +150,7 @@ impl std::str::FromStr for Backend {
 /// The library as `SCRIPT LOAD` takes it: without its `#!lua` line, which Lua 5.1
 /// cannot parse (docs/PROTOCOL.md, "Loading").
 pub fn library_script() -> &'static str {
-    match LIBRARY_SOURCE.split_once('\n') {
-        Some((first, rest)) if first.starts_with("#!") => rest,
-        _ => LIBRARY_SOURCE,
-    }
+    redis_lock_core::protocol::library_script(LIBRARY_SOURCE)
 }
 
 /// The SHA1 of [`library_script`], which `EVALSHA` calls it by.

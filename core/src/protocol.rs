@@ -95,6 +95,16 @@ pub fn renewal_period_ms(ttl_ms: u64) -> u64 {
     (ttl_ms / u64::from(RENEWAL_DIVISOR)).max(1)
 }
 
+/// The library `source` as `SCRIPT LOAD` takes it: without its `#!lua` line, which
+/// Lua 5.1 cannot parse (docs/PROTOCOL.md, "Loading"). The one place this is
+/// written for the Rust crates (the client and the test kit).
+pub fn library_script(source: &str) -> &str {
+    match source.split_once('\n') {
+        Some((first, rest)) if first.starts_with("#!") => rest,
+        _ => source,
+    }
+}
+
 /// `conformance/protocol.json`: the constants above as JSON, for the clients in
 /// other languages and the conformance harness (conformance/ADAPTER.md names each
 /// field). `tests::protocol_json_is_written_from_these_constants` keeps the file
@@ -354,6 +364,14 @@ mod tests {
         }
         assert_eq!(extend_args(b"", 1), Err(ProtocolError::EmptyOwner));
         assert_eq!(owner_args(b""), Err(ProtocolError::EmptyOwner));
+    }
+
+    #[test]
+    fn the_script_is_the_library_without_its_shebang_line() {
+        assert_eq!(library_script("#!lua name=redislock\nlocal x = 1\n"), "local x = 1\n");
+        assert_eq!(library_script("local x = 1\n"), "local x = 1\n");
+        assert_eq!(library_script("#!lua name=redislock"), "#!lua name=redislock");
+        assert_eq!(library_script(""), "");
     }
 
     #[test]

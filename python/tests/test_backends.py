@@ -5,6 +5,10 @@ than it accepts."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -13,16 +17,42 @@ import redis
 from redis_lock_client import LibraryVersionError, Lock, NoLockBackendError
 from redis_lock_client._detect import BackendName
 from redis_lock_client._library import LIBRARY_VERSION, MIN_LIBRARY_VERSION
+from redis_lock_client._library import library_source as library_source_of_client
 
 from servers import ROOT, RedisServer, library_source, lock_info
 
-PACKAGED = Path(__file__).resolve().parents[1] / "src" / "redis_lock_client" / "redislock.lua"
+
+def _built(project: Path, out: Path, target: str) -> Path:
+    subprocess.run(
+        [sys.executable, "-m", "hatchling", "build", "-t", target, "-d", str(out)],
+        cwd=project,
+        check=True,
+        capture_output=True,
+    )
+    (built,) = out.iterdir()
+    return built
 
 
-def test_the_packaged_library_is_lua_redislock_lua() -> None:
-    # One source of truth: the copy the client sends by SCRIPT LOAD is the file
-    # (refresh it with `cp lua/redislock.lua python/src/redis_lock_client/`).
-    assert PACKAGED.read_bytes() == (ROOT / "lua" / "redislock.lua").read_bytes()
+def test_the_wheel_and_the_sdist_carry_lua_redislock_lua(tmp_path: Path) -> None:
+    # One source of truth: the library goes into the package at build time from
+    # lua/redislock.lua (hatch_build.py); the source tree keeps no copy.
+    library = (ROOT / "lua" / "redislock.lua").read_bytes()
+    assert not (ROOT / "python" / "src" / "redis_lock_client" / "redislock.lua").exists()
+    wheel = _built(ROOT / "python", tmp_path / "wheel", "wheel")
+    with zipfile.ZipFile(wheel) as archive:
+        assert archive.read("redis_lock_client/redislock.lua") == library
+    sdist = _built(ROOT / "python", tmp_path / "sdist", "sdist")
+    with tarfile.open(sdist) as archive:
+        archive.extractall(tmp_path / "unpacked", filter="data")
+    (project,) = (tmp_path / "unpacked").iterdir()
+    # A wheel built from the sdist (pip's way), where no lua/ is beside it.
+    again = _built(project, tmp_path / "again", "wheel")
+    with zipfile.ZipFile(again) as archive:
+        assert archive.read("redis_lock_client/redislock.lua") == library
+
+
+def test_the_client_sends_lua_redislock_lua() -> None:
+    assert library_source_of_client() == (ROOT / "lua" / "redislock.lua").read_text("utf-8")
 
 
 @pytest.mark.scripts

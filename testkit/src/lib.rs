@@ -1009,11 +1009,7 @@ pub fn library_source() -> String {
 /// The library as `SCRIPT LOAD` takes it: without its `#!lua` line, which Lua 5.1
 /// does not skip.
 pub fn library_script() -> String {
-    let source = library_source();
-    match source.split_once('\n') {
-        Some((first, rest)) if first.starts_with("#!") => rest.to_string(),
-        _ => source,
-    }
+    redis_lock_core::protocol::library_script(&library_source()).to_string()
 }
 
 /// Loads (or replaces) the library on the server behind `con`.

@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Generator, Sequence
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import redis.exceptions
@@ -29,9 +30,13 @@ from ._protocol import WAIT_MARGIN
 
 
 def library_source() -> str:
-    """The library as ``FUNCTION LOAD`` takes it: the package's copy of
-    lua/redislock.lua (a test holds the two equal)."""
-    return resources.files(__package__).joinpath("redislock.lua").read_text("utf-8")
+    """The library as ``FUNCTION LOAD`` takes it: lua/redislock.lua, which the build
+    puts into the package (hatch_build.py); in a source checkout (an editable
+    install) the repository's own file."""
+    packaged = resources.files(__package__).joinpath("redislock.lua")
+    if packaged.is_file():
+        return packaged.read_text("utf-8")
+    return (Path(__file__).resolve().parents[3] / "lua" / "redislock.lua").read_text("utf-8")
 
 
 def library_script() -> str:
