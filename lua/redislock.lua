@@ -19,8 +19,8 @@
 --     per shared holding. `g` marks a grant pushed to a waiter and not collected
 --     yet. K expires with the holding that ends last, so DEL K force-releases;
 --   * `side(K, ':lockh')`: a sorted set of the shared holdings by expiry;
---   * `side(K, ':lockm')`: the token mark, a counter (INCRBY) that expires
---     MARK_KEEP_MS after it was set from the clock;
+--   * `side(K, ':lockm')`: the token mark, the last token handed out, that expires
+--     MARK_KEEP_MS after the last grant;
 --   * the queue, while somebody waits: `side(K, ':lockq')`, a hash of the format,
 --     the arrival counter (`seq`), when the queue keys expire (`until`) and one
 --     `w:<owner>` = "<lease> <ttl> <x or s> <limit or 0> <queued-at>" per place;
@@ -72,8 +72,8 @@ local MAX_LEASE_MS = 60000
 -- little late keeps it: BLPOP times out in the event loop, up to 1000/hz ms late
 -- (100 ms at the default hz 10), and the waiter's own machine may be slow to run it.
 local PLACE_GRACE_DIVISOR = 4
--- How long the token mark lives after it was set from the clock; after that the
--- clock floor covers every token it handed out.
+-- How long the token mark lives after the last grant; after that the clock floor
+-- covers every token it handed out.
 local MARK_KEEP_MS = 3600000
 -- The queue keys expire this long after the lease of the last place written, so
 -- that a renewal rarely has to move their expiry.
@@ -664,32 +664,29 @@ local function clear_lapsed(st)
 end
 
 -- contract.md "Fencing tokens": `count` tokens for this key, each greater than every
--- token handed out or seen for it before: the mark counts up; when it is missing
--- (expired, deleted), the clock floor starts it again, above `above` (a holding's
--- token the call knows of). Returns the first.
+-- token handed out or seen for it before: above the mark (the last token handed
+-- out, a key of its own), above `above` (a holding's token the call knows of), and
+-- at least the clock floor. The floor is taken on every grant, not only when the
+-- mark is missing: a mark that fell behind (a failover that lost the last writes
+-- of the old master, a restore of an older RDB) must not hand out again the tokens
+-- it lost. Returns the first.
 local function mint(st, count, above)
     local mkey = st.base .. ':lockm'
     -- A key of another kind at the mark's name (not the library's) is replaced;
-    -- any other refusal (an ACL, OOM) is the call's error.
-    local last = redis.pcall('INCRBY', mkey, count)
-    if type(last) ~= 'number' then
-        local text = type(last) == 'table' and last.err or tostring(last)
-        if not (string.find(text, 'WRONGTYPE', 1, true)
-            or string.find(text, 'not an integer', 1, true)) then
-            fail(text)
+    -- any other refusal (an ACL) is the call's error.
+    local mark = redis.pcall('GET', mkey)
+    if type(mark) == 'table' and mark.err then
+        if not string.find(mark.err, 'WRONGTYPE', 1, true) then
+            fail(mark.err)
         end
-        last = 0
+        mark = false
     end
-    if last <= count then
-        st.now = st.now or now_ms()
-        last = math.max(st.now * TOKENS_PER_MS, (above or 0) + 1) + count - 1
-        if last < EXACT then
-            redis.call('SET', mkey, int(last), 'PXAT', int(st.now + MARK_KEEP_MS))
-        end
-    end
+    st.now = st.now or now_ms()
+    local last = math.max(tonumber(mark) or 0, above or 0, st.now * TOKENS_PER_MS - 1) + count
     if last >= EXACT then
         fail('ERR fencing tokens are exhausted on this server')
     end
+    redis.call('SET', mkey, int(last), 'PXAT', int(st.now + MARK_KEEP_MS))
     return last - count + 1
 end
 
@@ -1182,10 +1179,10 @@ local function lock_acquire(keys, args)
         arity('lock_acquire')
     end
     local key = keys[1]
-    -- The fast paths, for `owner ttl`, without the clock: an exclusive holding of
-    -- another owner lives while its key does (the common case under contention:
-    -- one read); its holder refreshes it when nobody waits and its grant was
-    -- collected (no flags); a free key nobody waits for is granted at once.
+    -- The fast paths, for `owner ttl`: an exclusive holding of another owner lives
+    -- while its key does (the common case under contention: one read, no clock);
+    -- its holder refreshes it when nobody waits and its grant was collected (no
+    -- flags); a free key nobody waits for is granted at once (its token minted).
     local owner, ttl = plain_args(args)
     if owner then
         local x = redis.call('HGET', key, 'x')

@@ -368,6 +368,35 @@ fn tokens_grow_across_release_expiry_del_and_a_lost_queue_key() {
     assert!(next > token, "{next} after {token}");
 }
 
+/// A mark that fell behind the tokens already handed out (a failover that lost the
+/// old master's last writes, a restore of an older RDB) does not hand them out
+/// again: every grant takes the clock floor too.
+#[test]
+fn a_mark_that_fell_behind_does_not_repeat_a_token() {
+    let (_lib, mut con) = library_server(Config::default());
+    let lib = Backend::Functions;
+    let mark = "jobs:1{jobs:1}:lockm";
+    let mut last = lib
+        .acquire(&mut con, "jobs:1", "first", 60_000, &[])
+        .unwrap()
+        .unwrap();
+    assert_eq!(lib.release(&mut con, "jobs:1", "first"), 1);
+    for (i, owner) in ["a", "b", "c", "d", "e"].into_iter().enumerate() {
+        let before: String = query(&mut con, &["GET", mark]).unwrap();
+        let token = lib
+            .acquire(&mut con, "jobs:1", owner, 60_000, &[])
+            .unwrap()
+            .unwrap();
+        assert!(token > last, "grant {i}: {token} after {last}");
+        last = token;
+        assert_eq!(lib.release(&mut con, "jobs:1", owner), 1);
+        // The writes of this grant lost: the mark as it was before it.
+        let _: () = query(&mut con, &["SET", mark, &before, "KEEPTTL"]).unwrap();
+        // A failover takes seconds; a millisecond is enough for the clock floor.
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
 #[test]
 fn side_keys_carry_the_lock_keys_slot_and_prefix_and_expire() {
     let (_lib, mut con) = library_server(Config::default());
