@@ -552,10 +552,22 @@ fn query<T: redis::FromRedisValue>(con: &mut Connection, args: &[&str]) -> Resul
         .map_err(|e| format!("{}: {e}", args.join(" ")))
 }
 
-/// Loads the library; `old`: with its version line changed to that version.
-fn load_library(con: &mut Connection, old: Option<i64>) -> Result<(), String> {
+/// The library of `version` as it was last committed (tests/fixtures), if kept there:
+/// an older library reads (or refuses) what this one stores as that version did.
+fn committed_library(version: i64) -> Option<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(format!("redislock-v{version}.lua"));
+    std::fs::read_to_string(path).ok()
+}
+
+/// Loads the library; `other`: that version, as last committed where the
+/// repository keeps it, else this one with its version line changed (a newer one).
+fn load_library(con: &mut Connection, other: Option<i64>) -> Result<(), String> {
     let mut source = redis_lock_testkit::library_source();
-    if let Some(version) = old {
+    if let Some(committed) = other.and_then(committed_library) {
+        source = committed;
+    } else if let Some(version) = other {
         let line = source
             .lines()
             .find(|l| l.starts_with("local VERSION = "))
