@@ -368,9 +368,15 @@ mod tests {
 
     #[test]
     fn the_script_is_the_library_without_its_shebang_line() {
-        assert_eq!(library_script("#!lua name=redislock\nlocal x = 1\n"), "local x = 1\n");
+        assert_eq!(
+            library_script("#!lua name=redislock\nlocal x = 1\n"),
+            "local x = 1\n"
+        );
         assert_eq!(library_script("local x = 1\n"), "local x = 1\n");
-        assert_eq!(library_script("#!lua name=redislock"), "#!lua name=redislock");
+        assert_eq!(
+            library_script("#!lua name=redislock"),
+            "#!lua name=redislock"
+        );
         assert_eq!(library_script(""), "");
     }
 
