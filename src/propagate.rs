@@ -17,12 +17,15 @@
 
 use std::ffi::CStr;
 
-use crate::ffi::{Arg, Ctx, EventClass};
+use crate::ffi::{Arg, Ctx, EventClass, Word};
 use redis_lock_core::holdings::Kind;
 use redis_lock_core::store::Lapsed;
 
 /// The command that re-creates a lock from its effect (replication, AOF).
 pub const APPLY_COMMAND: &CStr = c"LOCK.APPLY";
+
+/// The word before a holding's absolute expiry in LOCK.APPLY.
+static PXAT: Word = Word::new(c"PXAT");
 
 /// The event of a grant, on the master and wherever LOCK.APPLY runs.
 const GRANT_EVENT: &std::ffi::CStr = c"lock.acquire";
@@ -33,7 +36,7 @@ pub fn grant(ctx: Ctx, key: Arg<'_>, owner: Arg<'_>, token: i64, expires_at: i64
         key,
         owner,
         Arg::Int(token),
-        Arg::Bytes(b"PXAT"),
+        Arg::Word(&PXAT),
         Arg::Int(expires_at),
     ];
     match kind {
@@ -100,13 +103,7 @@ pub fn expiry(
         Kind::Exclusive => key_expires_at,
         Kind::Shared { .. } => expires_at,
     };
-    let head = [
-        key,
-        owner,
-        Arg::Int(token),
-        Arg::Bytes(b"PXAT"),
-        Arg::Int(at),
-    ];
+    let head = [key, owner, Arg::Int(token), Arg::Word(&PXAT), Arg::Int(at)];
     match kind {
         Kind::Exclusive => ctx.replicate(APPLY_COMMAND, &head),
         Kind::Shared { limit } => replicate_shared(ctx, head, limit),

@@ -129,6 +129,60 @@ fn a_restart_from_aof_after_sigkill_loses_no_grant() {
     assert!(next > held && held > first);
 }
 
+/// The commands of every AOF file of `server` (`appendonly.aof`, or Redis 7's
+/// `appendonlydir/*.aof`), each as its arguments.
+fn aof_commands(server: &Server) -> Vec<Vec<String>> {
+    let mut files = Vec::new();
+    for dir in [server.dir().to_path_buf(), server.dir().join("appendonlydir")] {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().ends_with(".aof") {
+                files.push(entry.path());
+            }
+        }
+    }
+    files.sort();
+    let mut commands = Vec::new();
+    for file in files {
+        let text = String::from_utf8_lossy(&std::fs::read(file).unwrap()).into_owned();
+        let mut lines = text.split("\r\n");
+        while let Some(line) = lines.next() {
+            let Some(count) = line.strip_prefix('*') else {
+                continue;
+            };
+            let count: usize = count.parse().unwrap();
+            let command = (0..count).map(|_| {
+                lines.next(); // $len
+                lines.next().unwrap().to_owned()
+            });
+            commands.push(command.collect());
+        }
+    }
+    commands
+}
+
+#[test]
+fn grants_and_refreshes_reach_the_aof_as_their_effect_with_the_absolute_expiry() {
+    let server = Server::with(Config::default().aof());
+    let mut con = server.connection();
+    let mut written = Vec::new();
+    for (key, ttl) in [("a", 60_000), ("b", 60_000), ("c", 60_000), ("a", 90_000)] {
+        let token = acquire(&mut con, key, "owner-1", ttl).unwrap();
+        written.push(vec![
+            "LOCK.APPLY".to_owned(),
+            key.to_owned(),
+            "owner-1".to_owned(),
+            token.to_string(),
+            "PXAT".to_owned(),
+            expire_time(&mut con, key).to_string(),
+        ]);
+    }
+    let applied: Vec<Vec<String>> = aof_commands(&server)
+        .into_iter()
+        .filter(|command| command[0].eq_ignore_ascii_case("LOCK.APPLY"))
+        .collect();
+    assert_eq!(applied, written);
+}
+
 #[test]
 fn an_aof_rewrite_without_rdb_preamble_keeps_locks_and_expiries() {
     let mut server = Server::with(Config::default().aof().set("aof-use-rdb-preamble", "no"));
