@@ -133,7 +133,10 @@ fn a_restart_from_aof_after_sigkill_loses_no_grant() {
 /// `appendonlydir/*.aof`), each as its arguments.
 fn aof_commands(server: &Server) -> Vec<Vec<String>> {
     let mut files = Vec::new();
-    for dir in [server.dir().to_path_buf(), server.dir().join("appendonlydir")] {
+    for dir in [
+        server.dir().to_path_buf(),
+        server.dir().join("appendonlydir"),
+    ] {
         for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
             if entry.file_name().to_string_lossy().ends_with(".aof") {
                 files.push(entry.path());
