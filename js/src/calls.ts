@@ -116,10 +116,38 @@ export async function call(
   try {
     return await send();
   } catch (error) {
+    if (backend === "functions" && name !== "lock_version" && isWrongType(error)) {
+      await refuseChangedLibrary(connection, key, options, error);
+    }
     if (backend !== "scripts" || !isNoScript(error)) throw error;
   }
   await bounded(connection, ["SCRIPT", "LOAD", LIBRARY_SCRIPT], key, options.limitMs, options.signal, options.onGiveUp);
   return send();
+}
+
+function isWrongType(error: unknown): boolean {
+  return isServerError(error) && error.message.startsWith("WRONGTYPE");
+}
+
+/** After `WRONGTYPE`: a library replaced under this client (an older one that cannot
+ * read what this one stored, or a newer one) is named by its version
+ * (docs/PROTOCOL.md, "Versions"), not taken for a key of another type. Returns when
+ * the version is one this client accepts, and throws `original` when the version
+ * cannot be asked. */
+async function refuseChangedLibrary(
+  connection: Connection,
+  key: string | undefined,
+  options: CallOptions,
+  original: unknown,
+): Promise<void> {
+  let found: number;
+  try {
+    const reply = await bounded(connection, command("functions", "lock_version", undefined), key, options.limitMs);
+    found = Number(integer(reply, "lock_version"));
+  } catch {
+    throw original;
+  }
+  checkVersion(found);
 }
 
 function namesACommand(reply: unknown): boolean {

@@ -147,12 +147,34 @@ class FunctionsBackend(_Library):
         try:
             return (yield Step((command, function, len(keys), *keys, *args), bound))
         except redis.exceptions.ResponseError as error:
+            if is_wrongtype(error) and function != "lock_version":
+                yield from self.refuse_changed_library(error, bound)
             if not function_missing(error):
                 raise
         self.library_missing = True
         if self._scripts is None:
             self._scripts = ScriptsBackend()
         return (yield from self._scripts.call(function, keys, *args, bound=bound))
+
+    def refuse_changed_library(
+        self, error: Exception, bound: float | None
+    ) -> Generator[Step, Any, None]:
+        """After ``WRONGTYPE``: a library replaced under this client (an older one
+        that cannot read what this one stored, or a newer one) is named by its
+        version (docs/PROTOCOL.md, "Versions"), not taken for a key of another
+        type. Returns when the version is one this client accepts (the key is of
+        another type), and raises the original error when the version cannot be
+        asked."""
+        try:
+            found = int((yield Step(("FCALL_RO", "lock_version", 0), bound)))
+        except (redis.exceptions.ResponseError, ValueError, TypeError):
+            raise error from None
+        check_version(found)
+
+
+def is_wrongtype(error: Exception) -> bool:
+    """``WRONGTYPE …``: the key holds what the called function cannot read."""
+    return str(error).startswith("WRONGTYPE")
 
 
 def function_missing(error: Exception) -> bool:
