@@ -1,8 +1,8 @@
 # redis-lock: `make run` starts redis-server with the module; `make test` runs every test.
 # Both install what is missing (redis-server, redis-tools, libclang-dev, python3-venv,
-# prometheus-redis-exporter for the metrics test, dpkg-dev for make deb and its test,
-# redis-py; the Python tools into target/venv) when run as root, and otherwise say
-# what to install.
+# prometheus-redis-exporter for the metrics test, dpkg-dev for make deb and its test)
+# when run as root, and otherwise say what to install; redis-py and the Python tools
+# go into the project's own virtual environment, target/venv.
 #
 # `make install` builds the module and the CLI (`make install-build` only builds) and
 # installs them under PREFIX (/usr/local; DESTDIR honoured), `make uninstall` removes
@@ -13,6 +13,7 @@ CARGO     ?= cargo
 MODULE    := target/release/libredis_lock.so
 DEBS      := redis-server redis-tools redis-sentinel libclang-dev python3-venv prometheus-redis-exporter dpkg-dev
 PYTHON    ?= python3
+VENV      := target/venv
 
 .PHONY: all build run install install-build uninstall deb test test-library test-library-scripts test-package test-servers python-test test-js js-build test-go conformance bench bench-peers bench-peers-go demo memcheck fuzz torture failover deps lint clean
 
@@ -34,14 +35,7 @@ deps:
 	    echo "install them with: sudo apt-get install -y$$missing"; exit 1; \
 	  fi; \
 	fi
-	@$(PYTHON) -c 'import redis' 2>/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing redis-py"; \
-	    $(PYTHON) -m pip install --quiet --disable-pip-version-check --root-user-action=ignore redis \
-	      || $(PYTHON) -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --break-system-packages redis; \
-	  else \
-	    echo "missing Python package redis; install it with: $(PYTHON) -m pip install --user redis"; exit 1; \
-	  fi; }
+	@$(MAKE) --no-print-directory $(VENV)/.installed
 
 # --- build -------------------------------------------------------------------
 build: deps
@@ -155,7 +149,6 @@ test-library-scripts: deps
 # environment of the project's own (target/venv), made and filled when missing or
 # when python/pyproject.toml or python/requirements-dev.txt changed. The tests start
 # their own redis-servers with the debug build of the module.
-VENV := target/venv
 $(VENV)/.installed: python/pyproject.toml python/requirements-dev.txt
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV) || { \
 	  echo "cannot make a virtual environment: install python3-venv (apt-get install python3-venv)"; exit 1; }

@@ -15,7 +15,7 @@ N="${N:-20000}"
 LIBRARY="${LIBRARY:-lua/redislock.lua}"
 OWNER="6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2d"
 OTHER="0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
-PYTHON="${PYTHON:-python3}"
+PYTHON="${PYTHON:-target/venv/bin/python}"
 
 source bench/callgrind-server.sh
 start_callgrind_server

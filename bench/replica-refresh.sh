@@ -12,7 +12,7 @@ mkdir -p "$dir/m" "$dir/r"
 redis-server --port 6611 --dir "$dir/m" --save "" --loadmodule "$so" --daemonize yes --logfile "$dir/m/log"
 redis-server --port 6612 --dir "$dir/r" --save "" --loadmodule "$so" --replicaof 127.0.0.1 6611 --daemonize yes --logfile "$dir/r/log"
 sleep 1
-python3 - <<'PY'
+"${PYTHON:-$(dirname "$0")/../target/venv/bin/python}" - <<'PY'
 import time
 import redis
 m, r = redis.Redis(port=6611), redis.Redis(port=6612)

@@ -111,11 +111,18 @@ fn redis_py_uses_the_commands_in_resp2_and_resp3() {
     let server = Server::start();
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/drivers/redis_py_session.py");
-    let output = Command::new("python3")
+    // redis-py from the project's own virtual environment (`make deps` makes it).
+    let venv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/venv/bin/python");
+    let python = if venv.exists() {
+        venv.as_path()
+    } else {
+        std::path::Path::new("python3")
+    };
+    let output = Command::new(python)
         .arg(script)
         .arg(server.port.to_string())
         .output()
-        .expect("python3");
+        .expect("python");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
