@@ -35,7 +35,7 @@ deps:
 	    echo "install them with: sudo apt-get install -y$$missing"; exit 1; \
 	  fi; \
 	fi
-	@$(MAKE) --no-print-directory $(VENV)/.installed
+	@$(MAKE) -s --no-print-directory $(VENV)/.installed
 
 # --- build -------------------------------------------------------------------
 build: deps
