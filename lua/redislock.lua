@@ -1660,7 +1660,21 @@ else
             for i = 2, #ARGV do
                 args[i - 1] = ARGV[i]
             end
-            return entry(f.fn)(KEYS, args)
+            local fn = f.fn
+            if #f.flags == 0 and KEYS[1] then
+                -- A script may always make its first write, unless that write is
+                -- one Redis refuses under OOM (after any write it refuses none). A
+                -- call that would not run under OOM as a function (no `allow-oom`)
+                -- starts with such a write that changes nothing, LPUSHX of a list
+                -- never made: under OOM it is refused before anything is written (a
+                -- grant pushed is not collected, as FCALL refuses lock_wait), and on
+                -- a replica answered READONLY, as FCALL is there.
+                fn = function(keys, fargs)
+                    redis.call('LPUSHX', base_of(keys[1]) .. ':lockoom', '')
+                    return f.fn(keys, fargs)
+                end
+            end
+            return entry(fn)(KEYS, args)
         end
     end
     return redis.error_reply("ERR unknown function '" .. printable(name or '') .. "': expected lock_acquire, lock_release, lock_extend, lock_info, lock_version, lock_wait or lock_cancel")
