@@ -65,6 +65,7 @@ def hello() -> dict[str, Any]:
                 "wait",
                 "wait_forever",
                 "cancel",
+                "owner",
                 "info",
                 "loss_events",
             ],
@@ -183,8 +184,6 @@ class Adapter:
         return {"backend": found.name}
 
     async def acquire(self, request: dict[str, Any]) -> dict[str, Any]:
-        if "owner" in request:
-            raise Failure("unsupported", "the client names its own owners")
         name = field(request, "lock")
         key = field(request, "key")
         ttl = field(request, "ttl_ms") / 1000
@@ -194,6 +193,10 @@ class Adapter:
 
         options: dict[str, Any] = {"on_lost": on_lost, "raise_on_lost": False}
         kind = request.get("kind", "exclusive")
+        if "owner" in request:
+            if kind == "shared":
+                raise Failure("unsupported", "a read lock takes no owner of the caller's")
+            options["owner"] = field(request, "owner")
         client = self.redis()
         held: Holder
         if kind == "exclusive":

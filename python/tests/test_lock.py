@@ -45,6 +45,26 @@ def test_the_default_owner_says_which_host_and_process_holds(client: redis.Redis
 
 
 @pytest.mark.scripts
+def test_a_given_owner_gets_its_own_token_back_and_shares_the_holding(
+    client: redis.Redis,
+) -> None:
+    first = Lock(client, "job", ttl=5.0, owner="report-run-42")
+    assert first.acquire(blocking=False) and first.owner == "report-run-42"
+    again = Lock(client, "job", ttl=5.0, owner="report-run-42")
+    assert again.acquire(blocking=False), "the owner that holds is granted again"
+    assert again.token == first.token
+    info = lock_info(client, "job")
+    assert info is not None and [h["owner"] for h in info["holders"]] == ["report-run-42"]
+    assert not Lock(client, "job", ttl=5.0).acquire(blocking=False)
+    assert again.release() is True
+    assert lock_info(client, "job") is None, "one holding, ended by either object"
+    with pytest.raises(ValueError, match="owner must not be empty"):
+        Lock(client, "job", owner="")
+    with pytest.raises(TypeError, match="owner must be a str"):
+        Lock(client, "job", owner=b"bytes")  # type: ignore[arg-type]
+
+
+@pytest.mark.scripts
 def test_a_busy_lock_is_refused_without_waiting_and_tokens_increase(client: redis.Redis) -> None:
     first, second = Lock(client, "job"), Lock(client, "job")
     assert first.acquire()

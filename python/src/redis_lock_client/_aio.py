@@ -23,6 +23,7 @@ from ._errors import LockLostError, backend_missing
 from ._holding import (
     CONTROL_LIMIT,
     RELEASE_LIMIT,
+    check_owner,
     check_permits,
     check_ttl,
     granted_after_wait,
@@ -52,8 +53,10 @@ class _AsyncHolder:
         on_lost: Callable[[], Any] | None = None,
         raise_on_lost: bool = True,
         backend: BackendName = None,
+        owner: str | None = None,
     ) -> None:
         self._ttl_ms = check_ttl(ttl)
+        self._given_owner = check_owner(owner)
         self._client = client
         self.key = key
         self.ttl = float(ttl)
@@ -118,7 +121,7 @@ class _AsyncHolder:
             raise RuntimeError(f"lock {self.key!r} is already held by this object")
         wait_ms, read_limit = wait_of(blocking, timeout)
         backend = await self._probe()
-        owner = new_owner()
+        owner = self._given_owner or new_owner()
         sent = time.monotonic()
         try:
             conn = self._conn(read_limit)
@@ -344,6 +347,7 @@ class AsyncLock(_AsyncHolder):
         on_lost: Callable[[], Any] | None = None,
         raise_on_lost: bool = True,
         backend: BackendName = None,
+        owner: str | None = None,
     ) -> None:
         super().__init__(
             client,
@@ -353,6 +357,7 @@ class AsyncLock(_AsyncHolder):
             on_lost=on_lost,
             raise_on_lost=raise_on_lost,
             backend=backend,
+            owner=owner,
         )
 
     async def __aenter__(self) -> AsyncLock:
@@ -373,10 +378,18 @@ class AsyncSemaphore(_AsyncHolder):
         on_lost: Callable[[], Any] | None = None,
         raise_on_lost: bool = True,
         backend: BackendName = None,
+        owner: str | None = None,
     ) -> None:
         mode = Mode(limit=check_permits(permits))
         super().__init__(
-            client, key, ttl, mode, on_lost=on_lost, raise_on_lost=raise_on_lost, backend=backend
+            client,
+            key,
+            ttl,
+            mode,
+            on_lost=on_lost,
+            raise_on_lost=raise_on_lost,
+            backend=backend,
+            owner=owner,
         )
         self.permits = permits
 

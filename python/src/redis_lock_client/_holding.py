@@ -50,6 +50,18 @@ def new_owner() -> str:
     return f"{socket.gethostname()[:64]}:{os.getpid()}:{uuid.uuid4().hex[:16]}"
 
 
+def check_owner(owner: str | None) -> str | None:
+    """A caller-given owner id (``owner=``): a non-empty ``str``; ``None`` gives each
+    acquire a fresh one (:func:`new_owner`)."""
+    if owner is None:
+        return None
+    if not isinstance(owner, str):
+        raise TypeError(f"owner must be a str, not {type(owner).__name__}")
+    if not owner:
+        raise ValueError("owner must not be empty")
+    return owner
+
+
 def check_ttl(ttl: float) -> int:
     return millis(ttl, "ttl")
 

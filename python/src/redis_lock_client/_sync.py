@@ -20,6 +20,7 @@ from ._errors import LockLostError, backend_missing
 from ._holding import (
     CONTROL_LIMIT,
     RELEASE_LIMIT,
+    check_owner,
     check_permits,
     check_ttl,
     granted_after_wait,
@@ -47,8 +48,10 @@ class _Holder:
         on_lost: Callable[[], Any] | None = None,
         raise_on_lost: bool = True,
         backend: BackendName = None,
+        owner: str | None = None,
     ) -> None:
         self._ttl_ms = check_ttl(ttl)
+        self._given_owner = check_owner(owner)
         self._client = client
         self.key = key
         self.ttl = float(ttl)
@@ -122,7 +125,7 @@ class _Holder:
             raise RuntimeError(f"lock {self.key!r} is already held by this object")
         wait_ms, read_limit = wait_of(blocking, timeout)
         backend = self._probe()
-        owner = new_owner()
+        owner = self._given_owner or new_owner()
         sent = time.monotonic()
         try:
             conn = self._conn(read_limit)
@@ -297,6 +300,11 @@ class Lock(_Holder):
     ``FCALL``) or ``"scripts"`` (the library sent by ``EVALSHA``); ``None`` picks
     the first the server has, in that order.
 
+    ``owner`` acquires as that owner id instead of a fresh one per acquire: an
+    acquire by the owner that holds gets the same token back (a retry after a lost
+    reply learns it already holds), and every object with that owner shares the one
+    holding (a release or a withdrawn acquire by any of them ends it).
+
     >>> lock = Lock(redis.Redis(), "report:daily", ttl=30.0)
     >>> with lock:
     ...     write_report(fence=lock.token)
@@ -311,6 +319,7 @@ class Lock(_Holder):
         on_lost: Callable[[], Any] | None = None,
         raise_on_lost: bool = True,
         backend: BackendName = None,
+        owner: str | None = None,
     ) -> None:
         super().__init__(
             client,
@@ -320,6 +329,7 @@ class Lock(_Holder):
             on_lost=on_lost,
             raise_on_lost=raise_on_lost,
             backend=backend,
+            owner=owner,
         )
 
     def __enter__(self) -> Lock:
@@ -345,10 +355,18 @@ class Semaphore(_Holder):
         on_lost: Callable[[], Any] | None = None,
         raise_on_lost: bool = True,
         backend: BackendName = None,
+        owner: str | None = None,
     ) -> None:
         mode = Mode(limit=check_permits(permits))
         super().__init__(
-            client, key, ttl, mode, on_lost=on_lost, raise_on_lost=raise_on_lost, backend=backend
+            client,
+            key,
+            ttl,
+            mode,
+            on_lost=on_lost,
+            raise_on_lost=raise_on_lost,
+            backend=backend,
+            owner=owner,
         )
         self.permits = permits
 
