@@ -5,7 +5,7 @@
 import type { Connection } from "./connection.js";
 import { CommandTimeoutError, NoBackendError, UnexpectedReplyError, describe } from "./errors.js";
 import { LIBRARY_SOURCE, SCRIPT_SHA } from "./generated.js";
-import { type Backend, type LibraryCall, checkVersion, command, integer } from "./protocol.js";
+import { type Backend, CONTROL_LIMIT_MS, type LibraryCall, checkVersion, command, integer } from "./protocol.js";
 
 /** The library as `SCRIPT LOAD` takes it: without its `#!lua` line, which Lua 5.1
  * cannot parse (docs/PROTOCOL.md, "Loading"). */
@@ -142,7 +142,11 @@ async function refuseChangedLibrary(
 ): Promise<void> {
   let found: number;
   try {
-    const reply = await bounded(connection, command("functions", "lock_version", undefined), key, options.limitMs);
+    // Bounded even where the call was not (a wait): a dead server must not hold
+    // the error up.
+    const limitMs = Math.min(options.limitMs ?? CONTROL_LIMIT_MS, CONTROL_LIMIT_MS);
+    const words = command("functions", "lock_version", undefined);
+    const reply = await bounded(connection, words, key, limitMs, undefined, options.onGiveUp);
     found = Number(integer(reply, "lock_version"));
   } catch {
     throw original;

@@ -22,11 +22,11 @@ import redis.exceptions
 
 from ._backend import Arg, Mode, Step, parse_info
 from ._errors import LibraryVersionError
+from ._protocol import CONTROL_LIMIT, WAIT_MARGIN
 
 # Re-exported: the versions are read from here too.
 from ._protocol import LIBRARY_VERSION as LIBRARY_VERSION
 from ._protocol import MIN_LIBRARY_VERSION as MIN_LIBRARY_VERSION
-from ._protocol import WAIT_MARGIN
 
 
 def library_source() -> str:
@@ -165,8 +165,11 @@ class FunctionsBackend(_Library):
         type. Returns when the version is one this client accepts (the key is of
         another type), and raises the original error when the version cannot be
         asked."""
+        # Bounded even where the call was not (a wait): a dead server must not hold
+        # the error up.
+        limit = CONTROL_LIMIT if bound is None else min(bound, CONTROL_LIMIT)
         try:
-            found = int((yield Step(("FCALL_RO", "lock_version", 0), bound)))
+            found = int((yield Step(("FCALL_RO", "lock_version", 0), limit)))
         except (redis.exceptions.ResponseError, ValueError, TypeError):
             raise error from None
         check_version(found)
