@@ -75,6 +75,7 @@ local PLACE_GRACE_DIVISOR = 4
 -- How long the token mark lives after the last grant; after that the clock floor
 -- covers every token it handed out.
 local MARK_KEEP_MS = 3600000
+local MARK_KEEP_TEXT = '3600000'
 -- The queue keys expire this long after the lease of the last place written, so
 -- that a renewal rarely has to move their expiry.
 local QUEUE_KEEP_MS = 600000
@@ -92,6 +93,7 @@ local function relative_expiry()
 end
 
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
+local EXHAUSTED = 'ERR fencing tokens are exhausted on this server'
 
 -- Errors are raised with `error` and turned into the reply by `entry` (an error
 -- raised out of a function would get a "script: ..." suffix).
@@ -132,7 +134,10 @@ end
 
 local function now_ms()
     local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    -- Arithmetic on the reply's texts converts them (no library call: a fast path
+    -- takes the clock).
+    local us = t[2] % 1000000
+    return t[1] * 1000 + (us - us % 1000) / 1000
 end
 
 -- `command key item...` for many items, CHUNK arguments at a time.
@@ -294,7 +299,7 @@ end
 -- slot only by chance, so on a Cluster its calls are refused (CROSSSLOT, or the
 -- script's own slot check) and change nothing.
 local function base_of(key)
-    if string.find(key, '{', 1, true) or string.find(key, '}', 1, true) then
+    if string.find(key, '[{}]') then
         return key
     end
     return key .. '{' .. key .. '}'
@@ -326,6 +331,32 @@ local function split_x(value)
         fail(WRONGTYPE)
     end
     return token, flags, owner
+end
+
+-- `x` as the fast paths read it for `owner`, without split_x's pattern where the
+-- answer is a miss (they run on every call under contention, and each string
+-- function a call makes costs about as much as a small Redis command): false when
+-- `owner` does not hold it (one plain find of `owner` at its end, then its first
+-- two bytes: no new string); true, the token's text and the flags when `owner`
+-- does; nil when the value is not of this format, which split_x then refuses.
+-- (A token that is no number counts as a miss here and is refused by split_x on
+-- the full path.)
+local X_HEAD = '^' .. FORMAT_TEXT .. ' (%d+)([gq]*) ()'
+local FORMAT_BYTE = 48 + FORMAT -- FORMAT_TEXT's one digit
+local function x_holder(x, owner)
+    if string.find(x, owner, -#owner, true) then
+        local token, flags, at = string.match(x, X_HEAD)
+        if not token then
+            return nil
+        end
+        -- Not where the owner starts: another owner that ends with ` <owner>`.
+        return at == #x - #owner + 1, token, flags
+    end
+    local format, space = string.byte(x, 1, 2)
+    if format ~= FORMAT_BYTE or space ~= 32 then
+        return nil
+    end
+    return false
 end
 
 local function parse_x(value)
@@ -634,6 +665,16 @@ local function expire_in(st, ttl)
     return at
 end
 
+-- expire_in for the fast paths, which keep no state: no table where the TTL is
+-- set as it is.
+local function expire_key(key, ttl)
+    if #ttl <= 15 and relative_expiry() then
+        redis.call('PEXPIRE', key, ttl)
+    else
+        expire_in({ key = key }, ttl)
+    end
+end
+
 -- Removes shared holdings whose expiry passed (contract.md "Holdings": a lapsed holding is removed,
 -- and propagated as removed, by effects here). An exclusive one lapses with K.
 local function remove_lapsed(st)
@@ -669,25 +710,58 @@ end
 -- at least the clock floor. The floor is taken on every grant, not only when the
 -- mark is missing: a mark that fell behind (a failover that lost the last writes
 -- of the old master, a restore of an older RDB) must not hand out again the tokens
--- it lost. Returns the first.
-local function mint(st, count, above)
-    local mkey = st.base .. ':lockm'
-    -- A key of another kind at the mark's name (not the library's) is replaced;
-    -- any other refusal (an ACL) is the call's error.
-    local mark = redis.pcall('GET', mkey)
+-- it lost. Returns the first, the last as text, and the clock (`now`, read when
+-- nil).
+local function mint_at(base, now, count, above)
+    local mkey = base .. ':lockm'
+    now = now or now_ms()
+    local last = now * TOKENS_PER_MS - 1
+    if above and above > last then
+        last = above
+    end
+    last = last + count
+    if last >= EXACT then
+        fail(EXHAUSTED)
+    end
+    local text = int(last)
+    -- Redis 7 replicates a SET with PX as PXAT; 6.2 gets the absolute time.
+    local unit, keep = 'PX', MARK_KEEP_TEXT
+    if not relative_expiry() then
+        unit, keep = 'PXAT', int(now + MARK_KEEP_MS)
+    end
+    -- The mark is written as the read (SET ... GET, one command): the clock floor
+    -- is ahead of it unless grants outrun the clock, and it is written again
+    -- above the mark when it is not.
+    local mark = redis.pcall('SET', mkey, text, unit, keep, 'GET')
     if type(mark) == 'table' and mark.err then
+        -- A key of another kind at the mark's name (not the library's) is
+        -- replaced; any other refusal (an ACL) is the call's error, nothing written.
         if not string.find(mark.err, 'WRONGTYPE', 1, true) then
             fail(mark.err)
         end
-        mark = false
+        redis.call('SET', mkey, text, unit, keep)
+        return last - count + 1, text, now
     end
-    st.now = st.now or now_ms()
-    local last = math.max(tonumber(mark) or 0, above or 0, st.now * TOKENS_PER_MS - 1) + count
-    if last >= EXACT then
-        fail('ERR fencing tokens are exhausted on this server')
+    local seen = tonumber(mark)
+    if seen and seen > last - count then
+        if seen + count >= EXACT then
+            -- Only a mark written by hand gets here (the clock floor reaches
+            -- EXACT in the year 2255): it is put back as it was, its TTL aside.
+            redis.call('SET', mkey, mark, 'KEEPTTL')
+            fail(EXHAUSTED)
+        end
+        last = seen + count
+        text = int(last)
+        redis.call('SET', mkey, text, unit, keep)
     end
-    redis.call('SET', mkey, int(last), 'PXAT', int(st.now + MARK_KEEP_MS))
-    return last - count + 1
+    return last - count + 1, text, now
+end
+
+-- mint, for the lock of `st`: the clock read is kept in it.
+local function mint(st, count, above)
+    local first, text, now = mint_at(st.base, st.now, count, above)
+    st.now = now
+    return first, text
 end
 
 -- ---------------------------------------------------------------------------
@@ -1187,24 +1261,27 @@ local function lock_acquire(keys, args)
     if owner then
         local x = redis.call('HGET', key, 'x')
         if x then
-            local token, flags, holder = split_x(x)
-            if holder ~= owner then
+            local holds, token, flags = x_holder(x, owner)
+            if holds == false then
                 check_owner_len(owner)
                 return nil
             end
-            if flags == '' then
-                expire_in({ key = key }, ttl)
+            if holds and flags == '' then
+                expire_key(key, ttl)
                 return tonumber(token)
             end
         else
             check_owner_len(owner)
             local base = base_of(key)
             if redis.call('EXISTS', key, base .. ':lockq', base .. ':lockh') == 0 then
-                local st = { key = key, base = base }
-                local token = mint(st, 1)
-                redis.call('HSET', key, FORMAT_FIELD, FORMAT_TEXT, 'x', FORMAT_TEXT .. ' ' .. int(token)
+                local token, text, now = mint_at(base, nil, 1)
+                redis.call('HSET', key, FORMAT_FIELD, FORMAT_TEXT, 'x', FORMAT_TEXT .. ' ' .. text
                     .. ' ' .. owner)
-                expire_in(st, ttl)
+                if #ttl <= 15 and relative_expiry() then
+                    redis.call('PEXPIRE', key, ttl)
+                else
+                    expire_in({ key = key, now = now }, ttl)
+                end
                 return token
             end
         end
@@ -1238,12 +1315,12 @@ local function lock_release(keys, args)
     -- The fast path: the exclusive holder, nobody waiting, its grant collected.
     local x = redis.call('HGET', key, 'x')
     if x then
-        local _, flags, holder = split_x(x)
-        if holder ~= owner then
+        local holds, _, flags = x_holder(x, owner)
+        if holds == false then
             -- A miss touches nothing (contract.md "Calls that change nothing": no write, WATCH holds).
             return 0
         end
-        if flags == '' then
+        if holds and flags == '' then
             redis.call('DEL', key)
             return 1
         end
@@ -1273,12 +1350,12 @@ local function lock_extend(keys, args)
     -- The fast path: the exclusive holder, nobody waiting.
     local x = redis.call('HGET', key, 'x')
     if x then
-        local _, flags, holder = split_x(x)
-        if holder ~= owner then
+        local holds, _, flags = x_holder(x, owner)
+        if holds == false then
             return 0
         end
-        if not string.find(flags, 'q', 1, true) then
-            expire_in({ key = key }, ttl)
+        if holds and (flags == '' or flags == 'g') then
+            expire_key(key, ttl)
             return 1
         end
     end

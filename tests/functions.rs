@@ -598,3 +598,57 @@ fn a_key_ttl_set_by_hand_acts_on_holdings_as_in_the_module() {
         }
     }
 }
+
+/// The fast paths find the holder at the end of `x` ("<format> <token> <owner>"): an
+/// owner that ends the holder's own (after a space) still holds nothing, as in the
+/// module, and the holder itself is found.
+#[test]
+fn an_owner_that_ends_the_holders_owner_holds_nothing() {
+    let check = |backend: &Backend, con: &mut Connection| {
+        for (holder, other) in [("a b", "b"), ("x 12 y", "12 y"), ("b", "a b"), ("7 q", "q")] {
+            let shown = format!("{backend:?} {holder:?} / {other:?}");
+            let _: () = query(con, &["FLUSHALL"]).unwrap();
+            let token = backend.acquire(con, "k", holder, 60_000, &[]).unwrap();
+            let token = token.unwrap_or_else(|| panic!("{shown}: not granted"));
+            let other_gets = backend.acquire(con, "k", other, 60_000, &[]).unwrap();
+            assert_eq!(other_gets, None, "{shown}");
+            assert_eq!(backend.extend(con, "k", other, 60_000), 0, "{shown}");
+            assert_eq!(backend.release(con, "k", other), 0, "{shown}");
+            let info = backend.info(con, "k").unwrap();
+            assert_eq!((info.owner.as_slice(), info.token), (holder.as_bytes(), token));
+            let again = backend.acquire(con, "k", holder, 60_000, &[]).unwrap();
+            assert_eq!(again, Some(token), "{shown}");
+            assert_eq!(backend.extend(con, "k", holder, 60_000), 1, "{shown}");
+            assert_eq!(backend.release(con, "k", holder), 1, "{shown}");
+        }
+    };
+    let module = Server::start();
+    check(&Backend::Module, &mut module.connection());
+    let (_lib, mut con) = library_server(Config::default());
+    check(&Backend::Functions, &mut con);
+    let scripts = Backend::scripts(&mut con);
+    check(&scripts, &mut con);
+}
+
+/// A mark at the last exact token (only a mark written by hand gets there; the
+/// clock floor reaches it in the year 2255): the grant is refused, and the mark and
+/// the lock are as they were.
+#[test]
+fn a_mark_at_the_last_token_refuses_the_grant_and_is_kept() {
+    let (_lib, mut con) = library_server(Config::default());
+    let mark = "jobs:1{jobs:1}:lockm";
+    let last = "9007199254740991"; // 2^53 - 1
+    for lib in [Backend::Functions, Backend::scripts(&mut con)] {
+        let _: () = query(&mut con, &["SET", mark, last]).unwrap();
+        let reply = lib.call(&mut con, "lock_acquire", "jobs:1", &["a", "1000"]);
+        assert_eq!(
+            error_text(&reply).as_deref(),
+            Some("ERR fencing tokens are exhausted on this server"),
+            "{lib:?}"
+        );
+        let kept: String = query(&mut con, &["GET", mark]).unwrap();
+        assert_eq!(kept, last, "{lib:?}");
+        let lock: i64 = query(&mut con, &["EXISTS", "jobs:1"]).unwrap();
+        assert_eq!(lock, 0, "{lib:?}");
+    }
+}
