@@ -615,7 +615,10 @@ fn an_owner_that_ends_the_holders_owner_holds_nothing() {
             assert_eq!(backend.extend(con, "k", other, 60_000), 0, "{shown}");
             assert_eq!(backend.release(con, "k", other), 0, "{shown}");
             let info = backend.info(con, "k").unwrap();
-            assert_eq!((info.owner.as_slice(), info.token), (holder.as_bytes(), token));
+            assert_eq!(
+                (info.owner.as_slice(), info.token),
+                (holder.as_bytes(), token)
+            );
             let again = backend.acquire(con, "k", holder, 60_000, &[]).unwrap();
             assert_eq!(again, Some(token), "{shown}");
             assert_eq!(backend.extend(con, "k", holder, 60_000), 1, "{shown}");
