@@ -101,32 +101,6 @@ local function fail(text)
     error({ err = text })
 end
 
-local function arity(name)
-    fail("ERR wrong number of arguments for '" .. name .. "' command")
-end
-
--- The format a hash or a value says it is in, as read: nil (none: version-1
--- data) or the version; a newer format than this library's is refused, and
--- anything that is no version is not ours.
-local function check_format(value, what)
-    if value == FORMAT_TEXT then
-        return FORMAT
-    end
-    if value == nil or value == false then
-        return nil
-    end
-    local found = string.find(value, '^[1-9]%d?%d?$') and tonumber(value)
-    if not found then
-        fail(WRONGTYPE)
-    end
-    if found > FORMAT then
-        fail('ERR ' .. what .. ' written by redislock library version ' .. found
-            .. '; this server runs version ' .. VERSION .. ': load version ' .. found
-            .. ' or newer (redis-lock functions load)')
-    end
-    return found
-end
-
 -- An integer as Redis reads it (no exponent, no fraction).
 local function int(n)
     return string.format('%d', n)
@@ -140,18 +114,314 @@ local function now_ms()
     return t[1] * 1000 + (us - us % 1000) / 1000
 end
 
--- `command key item...` for many items, CHUNK arguments at a time.
-local function call_chunked(command, key, items)
-    local i = 1
-    while i <= #items do
-        local last = math.min(i + CHUNK - 1, #items)
-        redis.call(command, key, unpack(items, i, last))
-        i = last + 1
+-- ---------------------------------------------------------------------------
+-- What the fast paths need: their arguments, keys, values, expiry and tokens.
+
+-- `owner ttl` and nothing else, the common form, for the fast paths: an owner
+-- that is not empty and a ttl of up to 18 digits (no range to check), the ttl
+-- kept as written; nil for anything else, which the full path reads (and refuses
+-- as it must).
+local function plain_args(args)
+    if #args ~= 2 then
+        return nil
+    end
+    local owner, ttl = args[1], args[2]
+    if owner == '' or #ttl >= #MAX_DURATION or not string.find(ttl, '^[1-9]%d*$') then
+        return nil
+    end
+    return owner, ttl
+end
+
+-- What every side key of the lock at `key` starts with, before its suffix
+-- (`:lockq`, ...): each is in K's hash slot (Cluster) and starts with K (ACL key
+-- patterns such as `~jobs:*`): a key without braces gets itself as a hash tag
+-- after it (`jobs:1{jobs:1}:lockq`, the slot of `jobs:1`); a key with a hash tag
+-- keeps it by taking the suffix alone (`{jobs}:1:lockq`). A key with
+-- braces but no valid tag (`a}b`, `{}x`) also takes the suffix alone: the same
+-- slot only by chance, so on a Cluster its calls are refused (CROSSSLOT, or the
+-- script's own slot check) and change nothing.
+local function base_of(key)
+    if string.find(key, '[{}]') then
+        return key
+    end
+    return key .. '{' .. key .. '}'
+end
+
+-- `x` as the fast paths read it for `owner`, without split_x's pattern where the
+-- answer is a miss (they run on every call under contention, and each string
+-- function a call makes costs about as much as a small Redis command): false when
+-- `owner` does not hold it (one plain find of `owner` at its end, then its first
+-- two bytes: no new string); true, the token's text and the flags when `owner`
+-- does; nil when the value is not of this format, which split_x then refuses on
+-- the full path (as it refuses a token that is no number, which counts as a miss
+-- here while `owner` is not at the end).
+local X_HEAD = '^' .. FORMAT_TEXT .. ' (%d+)([gq]*) ()'
+local FORMAT_BYTE = 48 + FORMAT -- FORMAT_TEXT's one digit
+local function x_holder(x, owner)
+    if string.find(x, owner, -#owner, true) then
+        local token, flags, at = string.match(x, X_HEAD)
+        if not token then
+            return nil
+        end
+        -- Not where the owner starts: another owner that ends with ` <owner>`.
+        return at == #x - #owner + 1, token, flags
+    end
+    local format, space = string.byte(x, 1, 2)
+    if format ~= FORMAT_BYTE or space ~= 32 then
+        return nil
+    end
+    return false
+end
+
+-- Sets K's expiry `ttl` ms from now (the exclusive holding's; `ttl` as written,
+-- checked): a TTL of up to 15 digits as it is, else an absolute time, which is
+-- then returned.
+local function expire_in(st, ttl)
+    if #ttl <= 15 and relative_expiry() then
+        redis.call('PEXPIRE', st.key, ttl)
+        return nil
+    end
+    st.now = st.now or now_ms()
+    local at = math.min(st.now + tonumber(ttl), EXACT)
+    redis.call('PEXPIREAT', st.key, int(at))
+    return at
+end
+
+-- expire_in for the fast paths, which keep no state: no table where the TTL is
+-- set as it is.
+local function expire_key(key, ttl)
+    if #ttl <= 15 and relative_expiry() then
+        redis.call('PEXPIRE', key, ttl)
+    else
+        expire_in({ key = key }, ttl)
+    end
+end
+
+-- contract.md "Fencing tokens": `count` tokens for this key, each greater than every
+-- token handed out or seen for it before: above the mark (the last token handed
+-- out, a key of its own), above `above` (a holding's token the call knows of), and
+-- at least the clock floor. The floor is taken on every grant, not only when the
+-- mark is missing: a mark that fell behind (a failover that lost the last writes
+-- of the old master, a restore of an older RDB) must not hand out again the tokens
+-- it lost. Returns the first, the last as text, and the clock (`now`, read when
+-- nil).
+local function mint_at(base, now, count, above)
+    local mkey = base .. ':lockm'
+    now = now or now_ms()
+    local last = now * TOKENS_PER_MS - 1
+    if above and above > last then
+        last = above
+    end
+    last = last + count
+    if last >= EXACT then
+        fail(EXHAUSTED)
+    end
+    local text = int(last)
+    -- Redis 7 replicates a SET with PX as PXAT; 6.2 gets the absolute time.
+    local unit, keep = 'PX', MARK_KEEP_TEXT
+    if not relative_expiry() then
+        unit, keep = 'PXAT', int(now + MARK_KEEP_MS)
+    end
+    -- The mark is written as the read (SET ... GET, one command): the clock floor
+    -- is ahead of it unless grants outrun the clock, and it is written again
+    -- above the mark when it is not.
+    local mark = redis.pcall('SET', mkey, text, unit, keep, 'GET')
+    if type(mark) == 'table' and mark.err then
+        -- A key of another kind at the mark's name (not the library's) is
+        -- replaced; any other refusal (an ACL) is the call's error, nothing written.
+        if not string.find(mark.err, 'WRONGTYPE', 1, true) then
+            fail(mark.err)
+        end
+        redis.call('SET', mkey, text, unit, keep)
+        return last - count + 1, text, now
+    end
+    local seen = tonumber(mark)
+    if seen and seen > last - count then
+        if seen + count >= EXACT then
+            -- Only a mark written by hand gets here (the clock floor reaches
+            -- EXACT in the year 2255): it is put back as it was, its TTL aside.
+            redis.call('SET', mkey, mark, 'KEEPTTL')
+            fail(EXHAUSTED)
+        end
+        last = seen + count
+        text = int(last)
+        redis.call('SET', mkey, text, unit, keep)
+    end
+    return last - count + 1, text, now
+end
+
+-- Runs a function, turning a `fail` into its error reply; any other error (a bug)
+-- is raised as it is.
+local function entry(handler)
+    return function(keys, args)
+        local ok, result = pcall(handler, keys, args)
+        if ok then
+            return result
+        end
+        -- Our `fail` raises a table. A redis.call that fails raises a table on
+        -- Redis 7, but text on Redis 6.2, which also puts the script's position
+        -- before the server's error and keeps its wire form: "@user_script: 354:
+        -- -OOM command not allowed ...\r\n". Either way an error that starts with
+        -- an error code (ours, or the server's: OOM, READONLY, ...) is the reply, with
+        -- that code; anything else is a bug, raised as it is.
+        if type(result) == 'table' and result.err then
+            result = result.err
+        end
+        if type(result) == 'string' then
+            local text = string.gsub(result, '^@[%w_]+: ?%d+: ', '')
+            text = string.gsub(string.gsub(text, '^%-', ''), '[\r\n]+$', '')
+            if string.find(text, '^[A-Z]+ ') then
+                return redis.error_reply(text)
+            end
+        end
+        error(result, 0)
     end
 end
 
 -- ---------------------------------------------------------------------------
+-- The fast paths: the common calls on an exclusive lock, each in as few
+-- commands as the rules allow, ahead of the full path (below). Each answers what
+-- the full path would, or declines (false) and leaves the call to it; the full
+-- path checks the call again. Through EVALSHA the script runs whole on
+-- every call: what is defined up to here is all a fast call pays for.
+
+-- lock_acquire for `owner ttl`: an exclusive holding of another owner lives while
+-- its key does (the common case under contention: one read, no clock); its holder
+-- refreshes it when nobody waits and its grant was collected (no flags); a free
+-- key nobody waits for is granted at once (its token minted).
+local function fast_acquire(keys, args)
+    local owner, ttl = plain_args(args)
+    -- The library's owners are never longer (it has no config to lower the
+    -- limit): the full path refuses a longer one.
+    if #keys ~= 1 or not owner or #owner > MAX_OWNER_LEN then
+        return false
+    end
+    local key = keys[1]
+    local x = redis.call('HGET', key, 'x')
+    if x then
+        local holds, token, flags = x_holder(x, owner)
+        if holds == false then
+            return nil
+        end
+        if holds and flags == '' then
+            expire_key(key, ttl)
+            return tonumber(token)
+        end
+        return false
+    end
+    local base = base_of(key)
+    if redis.call('EXISTS', key, base .. ':lockq', base .. ':lockh') ~= 0 then
+        return false
+    end
+    local token, text, now = mint_at(base, nil, 1)
+    redis.call('HSET', key, FORMAT_FIELD, FORMAT_TEXT, 'x', FORMAT_TEXT .. ' ' .. text
+        .. ' ' .. owner)
+    if #ttl <= 15 and relative_expiry() then
+        redis.call('PEXPIRE', key, ttl)
+    else
+        expire_in({ key = key, now = now }, ttl)
+    end
+    return token
+end
+
+-- lock_release by the exclusive holder, nobody waiting, its grant collected.
+local function fast_release(keys, args)
+    local owner, key = args[1], keys[1]
+    if #keys ~= 1 or #args ~= 1 or owner == '' then
+        return false
+    end
+    local x = redis.call('HGET', key, 'x')
+    if not x then
+        return false
+    end
+    local holds, _, flags = x_holder(x, owner)
+    if holds == false then
+        -- A miss touches nothing (contract.md "Calls that change nothing": no write, WATCH holds).
+        return 0
+    end
+    if holds and flags == '' then
+        redis.call('DEL', key)
+        return 1
+    end
+    return false
+end
+
+-- lock_extend by the exclusive holder, nobody waiting.
+local function fast_extend(keys, args)
+    local owner, ttl = plain_args(args)
+    local key = keys[1]
+    if #keys ~= 1 or not owner then
+        return false
+    end
+    local x = redis.call('HGET', key, 'x')
+    if not x then
+        return false
+    end
+    local holds, _, flags = x_holder(x, owner)
+    if holds == false then
+        return 0
+    end
+    if holds and (flags == '' or flags == 'g') then
+        expire_key(key, ttl)
+        return 1
+    end
+    return false
+end
+
+-- ---------------------------------------------------------------------------
+-- The scripts path (`EVALSHA sha 1 key name arg...`), first part. A script runs
+-- whole on every call: a call that a fast path answers returns here, before the
+-- full path below is defined.
+
+-- A script may always make its first write, unless that write is one Redis
+-- refuses under OOM (after any write it refuses none). A call that would not run
+-- under OOM as a function (no `allow-oom`) starts with such a write that changes
+-- nothing, LPUSHX of a list never made: under OOM it is refused before anything is
+-- written (a grant pushed is not collected, as FCALL refuses lock_wait), and on a
+-- replica answered READONLY, as FCALL is there.
+local function refuse_as_fcall(keys)
+    redis.call('LPUSHX', base_of(keys[1]) .. ':lockoom', '')
+end
+
+local script_args
+if not redis.register_function then
+    -- Redis 6.2 replicates a script verbatim unless told to replicate its effects;
+    -- it must be asked before the first write (a no-op on Redis 7).
+    redis.replicate_commands()
+    script_args = {}
+    for i = 2, #ARGV do
+        script_args[i - 1] = ARGV[i]
+    end
+    local name, fast = ARGV[1], nil
+    if name == 'lock_acquire' then
+        fast = function(keys, args)
+            if keys[1] then
+                refuse_as_fcall(keys)
+            end
+            return fast_acquire(keys, args)
+        end
+    elseif name == 'lock_release' then
+        fast = fast_release
+    elseif name == 'lock_extend' then
+        fast = fast_extend
+    end
+    if fast then
+        local reply = entry(fast)(KEYS, script_args)
+        if reply ~= false then
+            return reply
+        end
+    end
+end
+
+-- ---------------------------------------------------------------------------
+-- The full path: every rule, for the calls the fast paths decline and for the
+-- functions that have none.
+
 -- Arguments: the checks and texts of core/src/args.rs.
+
+local function arity(name)
+    fail("ERR wrong number of arguments for '" .. name .. "' command")
+end
 
 -- A positive integer written as Redis writes it; returns its value, or 'range' for
 -- one over MAX_DURATION (also past i64: out of range, not malformed), or nil.
@@ -182,20 +452,52 @@ local function parse_ttl(arg)
     return ttl
 end
 
--- `owner ttl` and nothing else, the common form, checked as parse_request checks
--- them, the ttl kept as written; nil for any other form.
-local function plain_args(args)
-    if #args ~= 2 then
+-- An option as an error may show it: escaped as Rust's escape_ascii, 64 bytes at most.
+local function printable(arg)
+    local shown = string.gsub(string.sub(arg, 1, 64), "[\\'\"]", '\\%0')
+    local named = { ['\t'] = '\\t', ['\r'] = '\\r', ['\n'] = '\\n' }
+    return (string.gsub(shown, '[^ -~]', function(c)
+        return named[c] or string.format('\\x%02x', string.byte(c))
+    end))
+end
+
+local function check_owner_len(owner)
+    if #owner > MAX_OWNER_LEN then
+        fail('ERR invalid owner: ' .. #owner .. ' bytes is longer than lock.max-owner-len ('
+            .. MAX_OWNER_LEN .. ')')
+    end
+end
+
+-- The format a hash or a value says it is in, as read: nil (none: version-1
+-- data) or the version; a newer format than this library's is refused, and
+-- anything that is no version is not ours.
+local function check_format(value, what)
+    if value == FORMAT_TEXT then
+        return FORMAT
+    end
+    if value == nil or value == false then
         return nil
     end
-    local owner, ttl = args[1], args[2]
-    if owner == '' then
-        parse_owner(owner)
+    local found = string.find(value, '^[1-9]%d?%d?$') and tonumber(value)
+    if not found then
+        fail(WRONGTYPE)
     end
-    if not string.find(ttl, '^[1-9]%d*$') or #ttl >= #MAX_DURATION then
-        parse_ttl(ttl)
+    if found > FORMAT then
+        fail('ERR ' .. what .. ' written by redislock library version ' .. found
+            .. '; this server runs version ' .. VERSION .. ': load version ' .. found
+            .. ' or newer (redis-lock functions load)')
     end
-    return owner, ttl
+    return found
+end
+
+-- `command key item...` for many items, CHUNK arguments at a time.
+local function call_chunked(command, key, items)
+    local i = 1
+    while i <= #items do
+        local last = math.min(i + CHUNK - 1, #items)
+        redis.call(command, key, unpack(items, i, last))
+        i = last + 1
+    end
 end
 
 local function parse_timeout(arg)
@@ -225,15 +527,6 @@ local function parse_lease(arg)
         fail('ERR invalid lease: expected an integer of milliseconds from 1 to ' .. MAX_LEASE_MS)
     end
     return n
-end
-
--- An option as an error may show it: escaped as Rust's escape_ascii, 64 bytes at most.
-local function printable(arg)
-    local shown = string.gsub(string.sub(arg, 1, 64), "[\\'\"]", '\\%0')
-    local named = { ['\t'] = '\\t', ['\r'] = '\\r', ['\n'] = '\\n' }
-    return (string.gsub(shown, '[^ -~]', function(c)
-        return named[c] or string.format('\\x%02x', string.byte(c))
-    end))
 end
 
 -- `owner ttl [SHARED | LIMIT n] [WAIT timeout]` (and `[LEASE ms]` for lock_wait),
@@ -286,25 +579,6 @@ local function parse_request(args, first, lease_allowed)
     return request
 end
 
-
--- ---------------------------------------------------------------------------
--- Keys.
-
--- What every side key of the lock at `key` starts with, before its suffix
--- (`:lockq`, ...): each is in K's hash slot (Cluster) and starts with K (ACL key
--- patterns such as `~jobs:*`): a key without braces gets itself as a hash tag
--- after it (`jobs:1{jobs:1}:lockq`, the slot of `jobs:1`); a key with a hash tag
--- keeps it by taking the suffix alone (`{jobs}:1:lockq`). A key with
--- braces but no valid tag (`a}b`, `{}x`) also takes the suffix alone: the same
--- slot only by chance, so on a Cluster its calls are refused (CROSSSLOT, or the
--- script's own slot check) and change nothing.
-local function base_of(key)
-    if string.find(key, '[{}]') then
-        return key
-    end
-    return key .. '{' .. key .. '}'
-end
-
 -- The grant list of `owner`, a waiter of the lock of `st`.
 local function grant_key(st, owner)
     return st.base .. ':lockg:' .. owner
@@ -331,32 +605,6 @@ local function split_x(value)
         fail(WRONGTYPE)
     end
     return token, flags, owner
-end
-
--- `x` as the fast paths read it for `owner`, without split_x's pattern where the
--- answer is a miss (they run on every call under contention, and each string
--- function a call makes costs about as much as a small Redis command): false when
--- `owner` does not hold it (one plain find of `owner` at its end, then its first
--- two bytes: no new string); true, the token's text and the flags when `owner`
--- does; nil when the value is not of this format, which split_x then refuses.
--- (A token that is no number counts as a miss here and is refused by split_x on
--- the full path.)
-local X_HEAD = '^' .. FORMAT_TEXT .. ' (%d+)([gq]*) ()'
-local FORMAT_BYTE = 48 + FORMAT -- FORMAT_TEXT's one digit
-local function x_holder(x, owner)
-    if string.find(x, owner, -#owner, true) then
-        local token, flags, at = string.match(x, X_HEAD)
-        if not token then
-            return nil
-        end
-        -- Not where the owner starts: another owner that ends with ` <owner>`.
-        return at == #x - #owner + 1, token, flags
-    end
-    local format, space = string.byte(x, 1, 2)
-    if format ~= FORMAT_BYTE or space ~= 32 then
-        return nil
-    end
-    return false
 end
 
 local function parse_x(value)
@@ -651,30 +899,6 @@ local function store_shared_expiry(st)
     redis.call('PEXPIREAT', st.hkey, last[2])
 end
 
--- Sets K's expiry `ttl` ms from now (the exclusive holding's; `ttl` as written,
--- checked): a TTL of up to 15 digits as it is, else an absolute time, which is
--- then returned.
-local function expire_in(st, ttl)
-    if #ttl <= 15 and relative_expiry() then
-        redis.call('PEXPIRE', st.key, ttl)
-        return nil
-    end
-    st.now = st.now or now_ms()
-    local at = math.min(st.now + tonumber(ttl), EXACT)
-    redis.call('PEXPIREAT', st.key, int(at))
-    return at
-end
-
--- expire_in for the fast paths, which keep no state: no table where the TTL is
--- set as it is.
-local function expire_key(key, ttl)
-    if #ttl <= 15 and relative_expiry() then
-        redis.call('PEXPIRE', key, ttl)
-    else
-        expire_in({ key = key }, ttl)
-    end
-end
-
 -- Removes shared holdings whose expiry passed (contract.md "Holdings": a lapsed holding is removed,
 -- and propagated as removed, by effects here). An exclusive one lapses with K.
 local function remove_lapsed(st)
@@ -702,59 +926,6 @@ local function clear_lapsed(st)
         redis.call('DEL', st.key, st.hkey)
         st.kind = nil
     end
-end
-
--- contract.md "Fencing tokens": `count` tokens for this key, each greater than every
--- token handed out or seen for it before: above the mark (the last token handed
--- out, a key of its own), above `above` (a holding's token the call knows of), and
--- at least the clock floor. The floor is taken on every grant, not only when the
--- mark is missing: a mark that fell behind (a failover that lost the last writes
--- of the old master, a restore of an older RDB) must not hand out again the tokens
--- it lost. Returns the first, the last as text, and the clock (`now`, read when
--- nil).
-local function mint_at(base, now, count, above)
-    local mkey = base .. ':lockm'
-    now = now or now_ms()
-    local last = now * TOKENS_PER_MS - 1
-    if above and above > last then
-        last = above
-    end
-    last = last + count
-    if last >= EXACT then
-        fail(EXHAUSTED)
-    end
-    local text = int(last)
-    -- Redis 7 replicates a SET with PX as PXAT; 6.2 gets the absolute time.
-    local unit, keep = 'PX', MARK_KEEP_TEXT
-    if not relative_expiry() then
-        unit, keep = 'PXAT', int(now + MARK_KEEP_MS)
-    end
-    -- The mark is written as the read (SET ... GET, one command): the clock floor
-    -- is ahead of it unless grants outrun the clock, and it is written again
-    -- above the mark when it is not.
-    local mark = redis.pcall('SET', mkey, text, unit, keep, 'GET')
-    if type(mark) == 'table' and mark.err then
-        -- A key of another kind at the mark's name (not the library's) is
-        -- replaced; any other refusal (an ACL) is the call's error, nothing written.
-        if not string.find(mark.err, 'WRONGTYPE', 1, true) then
-            fail(mark.err)
-        end
-        redis.call('SET', mkey, text, unit, keep)
-        return last - count + 1, text, now
-    end
-    local seen = tonumber(mark)
-    if seen and seen > last - count then
-        if seen + count >= EXACT then
-            -- Only a mark written by hand gets here (the clock floor reaches
-            -- EXACT in the year 2255): it is put back as it was, its TTL aside.
-            redis.call('SET', mkey, mark, 'KEEPTTL')
-            fail(EXHAUSTED)
-        end
-        last = seen + count
-        text = int(last)
-        redis.call('SET', mkey, text, unit, keep)
-    end
-    return last - count + 1, text, now
 end
 
 -- mint, for the lock of `st`: the clock read is kept in it.
@@ -1080,13 +1251,6 @@ local function refresh(st, request)
     return h
 end
 
-local function check_owner_len(owner)
-    if #owner > MAX_OWNER_LEN then
-        fail('ERR invalid owner: ' .. #owner .. ' bytes is longer than lock.max-owner-len ('
-            .. MAX_OWNER_LEN .. ')')
-    end
-end
-
 -- Mode conflict before anything is written (as the module's plan_acquire): a live
 -- holding of the owner in the other mode is an error, and nothing changes. So is a
 -- live queue place of the owner in the other mode: `settle` may grant that place in
@@ -1253,39 +1417,6 @@ local function lock_acquire(keys, args)
         arity('lock_acquire')
     end
     local key = keys[1]
-    -- The fast paths, for `owner ttl`: an exclusive holding of another owner lives
-    -- while its key does (the common case under contention: one read, no clock);
-    -- its holder refreshes it when nobody waits and its grant was collected (no
-    -- flags); a free key nobody waits for is granted at once (its token minted).
-    local owner, ttl = plain_args(args)
-    if owner then
-        local x = redis.call('HGET', key, 'x')
-        if x then
-            local holds, token, flags = x_holder(x, owner)
-            if holds == false then
-                check_owner_len(owner)
-                return nil
-            end
-            if holds and flags == '' then
-                expire_key(key, ttl)
-                return tonumber(token)
-            end
-        else
-            check_owner_len(owner)
-            local base = base_of(key)
-            if redis.call('EXISTS', key, base .. ':lockq', base .. ':lockh') == 0 then
-                local token, text, now = mint_at(base, nil, 1)
-                redis.call('HSET', key, FORMAT_FIELD, FORMAT_TEXT, 'x', FORMAT_TEXT .. ' ' .. text
-                    .. ' ' .. owner)
-                if #ttl <= 15 and relative_expiry() then
-                    redis.call('PEXPIRE', key, ttl)
-                else
-                    expire_in({ key = key, now = now }, ttl)
-                end
-                return token
-            end
-        end
-    end
     local request = parse_request(args, 1, false)
     -- The library's owners are never longer (it has no config to lower the
     -- limit), so a longer one never holds.
@@ -1312,19 +1443,6 @@ local function lock_release(keys, args)
     end
     local owner = parse_owner(args[1])
     local key = keys[1]
-    -- The fast path: the exclusive holder, nobody waiting, its grant collected.
-    local x = redis.call('HGET', key, 'x')
-    if x then
-        local holds, _, flags = x_holder(x, owner)
-        if holds == false then
-            -- A miss touches nothing (contract.md "Calls that change nothing": no write, WATCH holds).
-            return 0
-        end
-        if holds and flags == '' then
-            redis.call('DEL', key)
-            return 1
-        end
-    end
     local st = open(key)
     local h = holding_of(st, owner)
     if not h or not live(h.expires, st.now) then
@@ -1345,20 +1463,9 @@ local function lock_extend(keys, args)
     if #keys ~= 1 or #args ~= 2 then
         arity('lock_extend')
     end
-    local owner, ttl = plain_args(args)
-    local key = keys[1]
-    -- The fast path: the exclusive holder, nobody waiting.
-    local x = redis.call('HGET', key, 'x')
-    if x then
-        local holds, _, flags = x_holder(x, owner)
-        if holds == false then
-            return 0
-        end
-        if holds and (flags == '' or flags == 'g') then
-            expire_key(key, ttl)
-            return 1
-        end
-    end
+    local owner = parse_owner(args[1])
+    parse_ttl(args[2])
+    local ttl, key = args[2], keys[1]
     local st = open(key)
     settle(st)
     local h = holding_of(st, owner)
@@ -1678,80 +1785,50 @@ local function lock_cancel(keys, args)
 end
 
 -- ---------------------------------------------------------------------------
--- Registration: FUNCTION LOAD, or EVALSHA with the function name first.
-
--- Runs a function, turning a `fail` into its error reply; any other error (a bug)
--- is raised as it is.
-local function entry(handler)
-    return function(keys, args)
-        local ok, result = pcall(handler, keys, args)
-        if ok then
-            return result
-        end
-        -- Our `fail` raises a table. A redis.call that fails raises a table on
-        -- Redis 7, but text on Redis 6.2, which also puts the script's position
-        -- before the server's error and keeps its wire form: "@user_script: 354:
-        -- -OOM command not allowed ...\r\n". Either way an error that starts with
-        -- an error code (ours, or the server's: OOM, READONLY, ...) is the reply, with
-        -- that code; anything else is a bug, raised as it is.
-        if type(result) == 'table' and result.err then
-            result = result.err
-        end
-        if type(result) == 'string' then
-            local text = string.gsub(result, '^@[%w_]+: ?%d+: ', '')
-            text = string.gsub(string.gsub(text, '^%-', ''), '[\r\n]+$', '')
-            if string.find(text, '^[A-Z]+ ') then
-                return redis.error_reply(text)
-            end
-        end
-        error(result, 0)
-    end
-end
+-- Registration: FUNCTION LOAD, or the scripts path's second part.
 
 local FUNCTIONS = {
-    { name = 'lock_acquire', fn = lock_acquire, flags = {} },
-    { name = 'lock_wait', fn = lock_wait, flags = {} },
+    { name = 'lock_acquire', fast = fast_acquire, full = lock_acquire, flags = {} },
+    { name = 'lock_wait', full = lock_wait, flags = {} },
     -- As DEL and PEXPIRE: a full server must still free and keep its locks.
-    { name = 'lock_release', fn = lock_release, flags = { 'allow-oom' } },
-    { name = 'lock_extend', fn = lock_extend, flags = { 'allow-oom' } },
-    { name = 'lock_cancel', fn = lock_cancel, flags = { 'allow-oom' } },
-    { name = 'lock_info', fn = lock_info, flags = { 'no-writes' } },
-    { name = 'lock_version', fn = lock_version, flags = { 'no-writes' } },
+    { name = 'lock_release', fast = fast_release, full = lock_release, flags = { 'allow-oom' } },
+    { name = 'lock_extend', fast = fast_extend, full = lock_extend, flags = { 'allow-oom' } },
+    { name = 'lock_cancel', full = lock_cancel, flags = { 'allow-oom' } },
+    { name = 'lock_info', full = lock_info, flags = { 'no-writes' } },
+    { name = 'lock_version', full = lock_version, flags = { 'no-writes' } },
 }
 
 -- Redis 7.0 runs the load in a bare environment (no ipairs): plain loops here.
 if redis.register_function then
     for i = 1, #FUNCTIONS do
         local f = FUNCTIONS[i]
-        redis.register_function({ function_name = f.name, callback = entry(f.fn), flags = f.flags })
+        local fn = f.full
+        if f.fast then
+            -- The fast path, then, where it declines, the full path.
+            local fast, full = f.fast, f.full
+            fn = function(keys, args)
+                local reply = fast(keys, args)
+                if reply ~= false then
+                    return reply
+                end
+                return full(keys, args)
+            end
+        end
+        redis.register_function({ function_name = f.name, callback = entry(fn), flags = f.flags })
     end
 else
-    -- The scripts path: EVALSHA sha numkeys key... name arg...
-    -- Redis 6.2 replicates a script verbatim unless told to replicate its effects;
-    -- it must be asked before the first write (a no-op on Redis 7).
-    redis.replicate_commands()
+    -- The full path of a call that no fast path answered.
     local name = ARGV[1]
     for _, f in ipairs(FUNCTIONS) do
         if f.name == name then
-            local args = {}
-            for i = 2, #ARGV do
-                args[i - 1] = ARGV[i]
-            end
-            local fn = f.fn
+            local fn = f.full
             if #f.flags == 0 and KEYS[1] then
-                -- A script may always make its first write, unless that write is
-                -- one Redis refuses under OOM (after any write it refuses none). A
-                -- call that would not run under OOM as a function (no `allow-oom`)
-                -- starts with such a write that changes nothing, LPUSHX of a list
-                -- never made: under OOM it is refused before anything is written (a
-                -- grant pushed is not collected, as FCALL refuses lock_wait), and on
-                -- a replica answered READONLY, as FCALL is there.
-                fn = function(keys, fargs)
-                    redis.call('LPUSHX', base_of(keys[1]) .. ':lockoom', '')
-                    return f.fn(keys, fargs)
+                fn = function(keys, args)
+                    refuse_as_fcall(keys)
+                    return f.full(keys, args)
                 end
             end
-            return entry(fn)(KEYS, args)
+            return entry(fn)(KEYS, script_args)
         end
     end
     return redis.error_reply("ERR unknown function '" .. printable(name or '') .. "': expected lock_acquire, lock_release, lock_extend, lock_info, lock_version, lock_wait or lock_cancel")

@@ -127,14 +127,19 @@ fn bad_calls_get_the_module_errors_and_change_nothing() {
         ("lock_extend", "text", vec!["o", "100"]),
         ("lock_info", "text", vec![]),
     ];
+    // Through FCALL and through EVALSHA (whose fast paths run apart, before the
+    // full path is defined).
+    let scripts = Backend::scripts(&mut lib);
     for (function, key, args) in &cases {
         let shown = format!("{function} {key} {args:?}");
         let expected = error_text(&Backend::Module.call(&mut module, function, key, args));
-        let before = digest(&mut lib);
-        let got = error_text(&Backend::Functions.call(&mut lib, function, key, args));
         assert!(expected.is_some(), "{shown}: the module accepted it");
-        assert_eq!(got, expected, "{shown}");
-        assert_eq!(digest(&mut lib), before, "{shown} changed the dataset");
+        for backend in [&Backend::Functions, &scripts] {
+            let before = digest(&mut lib);
+            let got = error_text(&backend.call(&mut lib, function, key, args));
+            assert_eq!(got, expected, "{backend:?} {shown}");
+            assert_eq!(digest(&mut lib), before, "{shown} changed the dataset");
+        }
     }
     // Wrong arity: the same words, the function's name.
     for (function, keys, args) in [
@@ -153,17 +158,30 @@ fn bad_calls_get_the_module_errors_and_change_nothing() {
         ("lock_cancel", 1, vec!["k"]),
     ] {
         let before = digest(&mut lib);
-        let reply: redis::RedisResult<Value> = redis::cmd("FCALL")
+        let fcall = redis::cmd("FCALL")
             .arg(function)
             .arg(keys)
             .arg(&args)
             .query(&mut lib);
-        let text = error_text(&reply).unwrap_or_default();
-        assert!(
-            text.starts_with("ERR wrong number of arguments")
-                && text.contains(&format!("'{function}'")),
-            "{function} {args:?}: {text:?}"
-        );
+        let Backend::Scripts(sha) = &scripts else {
+            unreachable!()
+        };
+        let evalsha = redis::cmd("EVALSHA")
+            .arg(sha)
+            .arg(keys)
+            .arg(&args[..keys])
+            .arg(function)
+            .arg(&args[keys..])
+            .query(&mut lib);
+        for reply in [fcall, evalsha] {
+            let reply: redis::RedisResult<Value> = reply;
+            let text = error_text(&reply).unwrap_or_default();
+            assert!(
+                text.starts_with("ERR wrong number of arguments")
+                    && text.contains(&format!("'{function}'")),
+                "{function} {args:?}: {text:?}"
+            );
+        }
         assert_eq!(digest(&mut lib), before);
     }
     let bad_lease: Vec<(&str, Vec<&str>)> = vec![

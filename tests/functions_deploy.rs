@@ -365,6 +365,11 @@ fn scripts_contract(binary: Option<String>) {
             .is_some_and(|d| !d.contains("script") && !d.ends_with('\n')),
         "{refused:?}"
     );
+    // A busy key too, with nothing to write: refused all the same, as FCALL is.
+    let busy = scripts
+        .acquire(&mut con, "k", "c", 60_000, &[])
+        .unwrap_err();
+    assert_eq!(busy.code(), Some("OOM"), "{busy:?}");
     assert_eq!(scripts.extend(&mut con, "k", "b", 60_000), 1);
     assert_eq!(scripts.release(&mut con, "k", "b"), 1);
     let _: () = query(&mut con, &["CONFIG", "SET", "maxmemory", "0"]).unwrap();
