@@ -110,7 +110,7 @@ local function now_ms()
     local t = redis.call('TIME')
     -- Arithmetic on the reply's texts converts them (no library call: a fast path
     -- takes the clock).
-    local us = t[2] % 1000000
+    local us = t[2] + 0
     return t[1] * 1000 + (us - us % 1000) / 1000
 end
 
@@ -188,12 +188,12 @@ local function expire_in(st, ttl)
 end
 
 -- expire_in for the fast paths, which keep no state: no table where the TTL is
--- set as it is.
-local function expire_key(key, ttl)
+-- set as it is; `now`, the clock when the call read it already.
+local function expire_key(key, ttl, now)
     if #ttl <= 15 and relative_expiry() then
         redis.call('PEXPIRE', key, ttl)
     else
-        expire_in({ key = key }, ttl)
+        expire_in({ key = key, now = now }, ttl)
     end
 end
 
@@ -316,11 +316,7 @@ local function fast_acquire(keys, args)
     local token, text, now = mint_at(base, nil, 1)
     redis.call('HSET', key, FORMAT_FIELD, FORMAT_TEXT, 'x', FORMAT_TEXT .. ' ' .. text
         .. ' ' .. owner)
-    if #ttl <= 15 and relative_expiry() then
-        redis.call('PEXPIRE', key, ttl)
-    else
-        expire_in({ key = key, now = now }, ttl)
-    end
+    expire_key(key, ttl, now)
     return token
 end
 
