@@ -22,6 +22,7 @@ mod env;
 mod pool;
 mod registry;
 mod scenario;
+mod slots;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -48,7 +49,7 @@ fn options() -> Result<Options, String> {
         clients: None,
         backends: None,
         scenarios: None,
-        jobs: 5,
+        jobs: 6,
         root: default_root(),
         list: false,
         build: false,
@@ -128,8 +129,8 @@ fn hostname() -> String {
         .unwrap_or_default()
 }
 
-/// How many timing scenarios (their checks depend on the clients' timing) run at
-/// once, at most: the others keep the rest of the machine.
+/// How many timing scenarios (their checks depend on the clients' timing) run their
+/// steps at once, at most: the others keep the rest of the machine.
 const TIMING_SLOTS: usize = 2;
 
 struct Cell {
@@ -185,9 +186,15 @@ fn run() -> Result<bool, String> {
     // Each client's hello, once: its capabilities decide what is skipped.
     let mut hellos: Vec<Result<Hello, String>> = Vec::new();
     let mut broken: Vec<Option<String>> = Vec::new();
+    // A build two adapters share (the Node client's, for ioredis and node-redis) runs
+    // once, and its outcome holds for both.
+    let mut builds: BTreeMap<Vec<String>, Result<(), String>> = BTreeMap::new();
     for adapter in &adapters {
         let built = if options.build {
-            build(adapter, &root)
+            builds
+                .entry(adapter.build.clone())
+                .or_insert_with(|| build(adapter, &root))
+                .clone()
         } else {
             Ok(())
         };
@@ -208,10 +215,13 @@ fn run() -> Result<bool, String> {
         None
     };
 
+    // The clients in turn, cell by cell: a client whose actors are slow to start (an
+    // interpreter importing its libraries) has its cells spread over the whole run,
+    // so its pool refills between them and its starts never crowd the machine at once.
     let mut cells = Vec::new();
-    for client in 0..adapters.len() {
-        for &backend in &backends {
-            for scenario in 0..scenarios.len() {
+    for &backend in &backends {
+        for scenario in 0..scenarios.len() {
+            for client in 0..adapters.len() {
                 cells.push(Cell {
                     client,
                     backend,
@@ -255,7 +265,7 @@ fn run() -> Result<bool, String> {
         Mutex::new(BTreeMap::new());
     let serial = Mutex::new(0u64);
     let filled = AtomicBool::new(false);
-    let timing: [Mutex<()>; TIMING_SLOTS] = Default::default();
+    let timing = slots::Slots::new(TIMING_SLOTS);
     std::thread::scope(|scope| {
         for pool in &pools {
             let filled = &filled;
@@ -264,28 +274,29 @@ fn run() -> Result<bool, String> {
         let mut workers = Vec::new();
         for _ in 0..options.jobs {
             workers.push(scope.spawn(|| loop {
-                // Timing cells one at a time, each as soon as the last one ended; the
-                // other workers take the rest meanwhile.
-                let (next, slot) = {
+                // Timing cells as soon as one can be claimed, the rest meanwhile; once
+                // only timing cells are left, a worker waits for a claim.
+                let (next, claim) = {
                     let mut queue = queue.lock().unwrap_or_else(|e| e.into_inner());
-                    let slot = timing.iter().find_map(|slot| slot.try_lock().ok());
+                    let claim = timing.claim();
                     let is_timing = |c: &Cell| scenarios[c.scenario].timing;
-                    let position = match slot {
+                    let position = match claim {
                         Some(_) => queue.iter().position(|(_, c)| is_timing(c)),
                         None => queue.iter().position(|(_, c)| !is_timing(c)),
                     };
                     let position = position.or_else(|| (!queue.is_empty()).then_some(0));
-                    (position.and_then(|p| queue.remove(p)), slot)
+                    (position.and_then(|p| queue.remove(p)), claim)
                 };
                 let Some((index, cell)) = next else { break };
-                let _slot = match (scenarios[cell.scenario].timing, slot) {
+                let claim = match (scenarios[cell.scenario].timing, claim) {
                     (false, _) => None,
-                    (true, Some(slot)) => Some(slot),
-                    (true, None) => Some(
-                        timing[index % TIMING_SLOTS]
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner()),
-                    ),
+                    (true, Some(claim)) => Some(claim),
+                    (true, None) => loop {
+                        if let Some(claim) = timing.claim() {
+                            break Some(claim);
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(50));
+                    },
                 };
                 let adapter = &adapters[cell.client];
                 let scenario = &scenarios[cell.scenario];
@@ -310,6 +321,7 @@ fn run() -> Result<bool, String> {
                                 .join(cell.backend.name())
                                 .join(&scenario.name),
                             hostname: host.clone(),
+                            turn: claim.as_ref(),
                         };
                         run_cell(&ctx, cell.backend, scenario, cluster.clone(), n)
                     }

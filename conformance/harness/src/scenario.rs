@@ -168,6 +168,8 @@ pub struct Context<'a> {
     pub protocol: &'a BTreeMap<String, Value>,
     pub logs: PathBuf,
     pub hostname: String,
+    /// A timing cell's claim: its steps wait for their turn once the actors are open.
+    pub turn: Option<&'a crate::slots::Claim<'a>>,
 }
 
 impl Context<'_> {
@@ -303,6 +305,10 @@ impl<'a> Run<'a> {
             }
         }
         self.note(format!("{} actors open", names.len()));
+        if let Some(turn) = self.ctx.turn {
+            turn.run();
+            self.note("the timing cell's turn".to_string());
+        }
         Ok(())
     }
 
