@@ -103,9 +103,10 @@ deb:
 # --- tests -------------------------------------------------------------------
 # Unit tests need no server; integration tests start their own redis-servers on
 # free loopback ports with the debug build of the module. The Python, Node and Go
-# suites run side by side (each waits on its servers most of the time: together,
-# builds and linters included, 74 s of CPU in 97 s against 235 s one after
-# another), each one's output printed whole when it ends.
+# suites run side by side, each one's output printed whole when it ends: each
+# waits on its servers most of the time (together, builds and linters included,
+# 74 s of CPU over 97 s), and side by side they take 97 s against 235 s one after
+# another.
 test: deps
 	$(CARGO) build
 	$(CARGO) test --workspace

@@ -291,12 +291,7 @@ fn run() -> Result<bool, String> {
                 let claim = match (scenarios[cell.scenario].timing, claim) {
                     (false, _) => None,
                     (true, Some(claim)) => Some(claim),
-                    (true, None) => loop {
-                        if let Some(claim) = timing.claim() {
-                            break Some(claim);
-                        }
-                        std::thread::sleep(std::time::Duration::from_millis(50));
-                    },
+                    (true, None) => Some(timing.claim_waiting()),
                 };
                 let adapter = &adapters[cell.client];
                 let scenario = &scenarios[cell.scenario];

@@ -35,11 +35,26 @@ impl Slots {
         self.counts.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A claim for a timing cell, while at most `size` are claimed: one more cell's
-    /// actors start while the others' steps run. (More would keep workers waiting
-    /// for a turn, away from the other cells.)
+    /// A claim for a timing cell, while `size` at most are claimed (so `size + 1`
+    /// in all): one more cell's actors start while the others' steps run. More
+    /// would keep workers waiting for a turn, away from the other cells.
     pub fn claim(&self) -> Option<Claim<'_>> {
         let mut counts = self.counts();
+        self.take(&mut counts)
+    }
+
+    /// A claim, waiting for one to be dropped when none is left.
+    pub fn claim_waiting(&self) -> Claim<'_> {
+        let mut counts = self.counts();
+        loop {
+            if let Some(claim) = self.take(&mut counts) {
+                return claim;
+            }
+            counts = self.freed.wait(counts).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn take(&self, counts: &mut Counts) -> Option<Claim<'_>> {
         if counts.claimed > self.size {
             return None;
         }
@@ -102,6 +117,23 @@ mod tests {
         assert!(slots.claim().is_none());
         drop(claims);
         assert!(slots.claim().is_some());
+    }
+
+    #[test]
+    fn a_waiting_claim_is_given_when_another_is_dropped() {
+        let slots = Slots::new(1);
+        let first = slots.claim();
+        let second = slots.claim();
+        assert!(first.is_some() && second.is_some() && slots.claim().is_none());
+        std::thread::scope(|scope| {
+            let waiting = scope.spawn(|| {
+                let _claim = slots.claim_waiting();
+            });
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!waiting.is_finished(), "a third claim while two are held");
+            drop(first);
+            waiting.join().unwrap();
+        });
     }
 
     #[test]
