@@ -175,6 +175,16 @@ async fn a_wait_gives_up_in_time_when_the_server_stops_or_the_path_black_holes()
     let held = holder.try_acquire("job", TTL).unwrap().unwrap();
     let wait = Duration::from_millis(500);
     for stopped in [true, false] {
+        // The last round's waiter gone first (its withdrawal reaches the server
+        // after the resume; through the library its place may lapse instead):
+        // its place must not pass for this round's waiter, which would then meet
+        // the black hole before it connected.
+        common::wait_until(Duration::from_secs(10), || {
+            holder
+                .lock_info("job")
+                .unwrap()
+                .is_some_and(|info| info.waiters == 0)
+        });
         let locks = LockClient::new(if stopped {
             server.client()
         } else {
@@ -223,6 +233,16 @@ fn a_blocking_wait_gives_up_in_time_when_the_server_stops_or_the_path_black_hole
     let held = holder.acquire("job", TTL, Wait::No).unwrap().unwrap();
     let wait = Duration::from_millis(500);
     for stopped in [true, false] {
+        // The last round's waiter gone first (its withdrawal reaches the server
+        // after the resume; through the library its place may lapse instead):
+        // its place must not pass for this round's waiter, which would then meet
+        // the black hole before it connected.
+        common::wait_until(Duration::from_secs(10), || {
+            holder
+                .lock_info("job")
+                .unwrap()
+                .is_some_and(|info| info.waiters == 0)
+        });
         let locks = BlockingLockClient::new(if stopped {
             server.client()
         } else {
