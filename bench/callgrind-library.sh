@@ -3,10 +3,11 @@
 # function library (lua/redislock.lua, through FCALL and through EVALSHA) against
 # the module and against what redis-py's `Lock` runs today (SET NX PX to acquire, its
 # own Lua scripts to extend and release). All on one server, in one run. Prints a
-# Markdown table; used by bench/run.sh. Two more rows are the library's own waiting
-# protocol, which has no counterpart in one command of the others: a waiter's
-# renewal of its place (once per lease, 2 s, while the lock stays held), and a
-# release that hands the lock to a queued waiter (the grant pushed to its list).
+# Markdown table; used by bench/run.sh. The last rows are the library's own waiting
+# protocol, which has no counterpart in one command of the others: a waiter taking
+# a place (the first, or behind another), a waiter's renewal of its place (once per
+# lease, 2 s, while the lock stays held), a release that hands the lock to a
+# queued waiter (the grant pushed to its list), and that waiter collecting it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +16,7 @@ N="${N:-20000}"
 LIBRARY="${LIBRARY:-lua/redislock.lua}"
 OWNER="6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2d"
 OTHER="0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+THIRD="5e4d3c2b-1a0f-4e9d-8c7b-6a5f4e3d2c1b"
 PYTHON="${PYTHON:-target/venv/bin/python}"
 
 source bench/callgrind-server.sh
@@ -83,9 +85,19 @@ queued="$lib_held\r\nFCALL lock_wait 1 k:%012d $OTHER 100000 LEASE 60000"
 lib_row() { # step fcall evalsha
   echo "| $1 | n/a | $2 | $3 | n/a | | |"
 }
+lib_row "a waiter takes the first place (lock_wait, held key, no queue)" \
+  "$(instructions "$lib_held" "FCALL lock_wait 1 k:%012d $OTHER 100000 LEASE 60000")" \
+  "$(instructions "$lib_held" "EVALSHA $lib_sha 1 k:%012d lock_wait $OTHER 100000 LEASE 60000")"
+lib_row "a waiter takes a place behind another" \
+  "$(instructions "$queued" "FCALL lock_wait 1 k:%012d $THIRD 100000 LEASE 60000")" \
+  "$(instructions "$queued" "EVALSHA $lib_sha 1 k:%012d lock_wait $THIRD 100000 LEASE 60000")"
 lib_row "a waiter renews its place (lock_wait, held key)" \
   "$(instructions "$queued" "FCALL lock_wait 1 k:%012d $OTHER 100000 LEASE 60000")" \
   "$(instructions "$queued" "EVALSHA $lib_sha 1 k:%012d lock_wait $OTHER 100000 LEASE 60000")"
 lib_row "release handing off to a queued waiter" \
   "$(instructions "$queued" "FCALL lock_release 1 k:%012d $OWNER")" \
   "$(instructions "$queued" "EVALSHA $lib_sha 1 k:%012d lock_release $OWNER")"
+granted="$queued\r\nFCALL lock_release 1 k:%012d $OWNER"
+lib_row "the granted waiter collects its grant (lock_wait)" \
+  "$(instructions "$granted" "FCALL lock_wait 1 k:%012d $OTHER 100000 LEASE 60000")" \
+  "$(instructions "$granted" "EVALSHA $lib_sha 1 k:%012d lock_wait $OTHER 100000 LEASE 60000")"

@@ -17,7 +17,10 @@
 #   - a semaphore of n permits, all taken, refusing one more (lock_acquire LIMIT n);
 #   - the last of n waiters renewing its place behind an exclusive holder
 #     (lock_wait);
-#   - the info of a queue of n waiters (lock_info, the first ten shown).
+#   - the info of a queue of n waiters (lock_info, the first ten shown);
+#   - a newcomer taking a place behind n waiters (lock_wait; each call another);
+#   - the holder collecting its grant and releasing, which hands the lock to the
+#     head of the n waiters (lock_wait and lock_release: each call the next holder).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,8 +41,8 @@ far=$((now + 3600000))
 later=$((now + 7200000))
 token=$((now * 1000))
 
-# setup N: the lock s of N shared holdings and the queue of N waiters behind a's
-# exclusive holding of q, as the library of $version stores them, one command a
+# setup N: the lock s of N shared holdings and the queue of N waiters behind h's
+# exclusive holding of q (granted to h, not collected yet), as the library of $version stores them, one command a
 # line (inline: values with spaces quoted).
 setup() {
   awk -v n="$1" -v v="$version" -v now="$now" -v far="$far" -v later="$later" -v t="$token" '
@@ -49,14 +52,14 @@ setup() {
       batch = 200
       if (v >= 3) {
         print "HSET s redislock 3"
-        print "HSET q redislock 3 x \"3 " num(t) "q a\""
+        print "HSET q redislock 3 x \"3 " num(t) "gq h\""
         print "HSET q{q}:lockq redislock 3 seq " n " until " later
         print "SET s{s}:lockm " num(t + n + 1) " PX 3600000"
         print "SET q{q}:lockm " num(t + 1) " PX 3600000"
       } else {
         print "HSET s mode shared"
         print "HSET s{s}:lockq mark " num(t + n + 1) " seq 0"
-        print "HSET q mode exclusive h:a \"" num(t) " " far "\""
+        print "HSET q mode exclusive h:h \"" num(t) " " far "\""
         print "HSET q{q}:lockq mark " num(t + 1) " seq " n
       }
       for (i = 0; i < n; i += batch) {
@@ -85,12 +88,20 @@ setup() {
     }' | awk '{ printf "%s\r\n", $0 }'
 }
 
-# instructions N COMMAND: per call of COMMAND, sent CALLS times on the locks of N.
+# instructions N COMMAND: per call of COMMAND, sent CALLS times on the locks of N;
+# in call i (from 0), %I is i and %P the owner that call i - 1 granted (w<i - 1>;
+# h in the first).
 instructions() {
   cli FLUSHALL >/dev/null
   setup "$1" | pipe
   callgrind_control -z "$vg" >/dev/null 2>&1
-  for _ in $(seq 1 "$CALLS"); do printf '%s\r\n' "$2"; done | pipe
+  local i command previous
+  for i in $(seq 0 $((CALLS - 1))); do
+    previous=h
+    [ "$i" = 0 ] || previous="w$((i - 1))"
+    command=${2//%I/$i}
+    printf '%s\r\n' "${command//%P/$previous}"
+  done | pipe
   callgrind_control -d "$vg" >/dev/null 2>&1
   local dump
   dump=$(ls -t "$dir"/callgrind.out* | head -1)
@@ -99,13 +110,18 @@ instructions() {
 }
 
 steps=("extend one of n shared holdings" "a semaphore of n permits refusing one more"
-  "the last of n waiters renewing its place" "the info of a queue of n waiters")
+  "the last of n waiters renewing its place" "the info of a queue of n waiters"
+  "a newcomer taking a place behind n waiters"
+  "a grant collected, then the lock handed to the head of n waiters")
 command_for() { # step n
   case "$1" in
     0) echo "FCALL lock_extend 1 s o$(($2 / 2)) 3600000" ;;
     1) echo "FCALL lock_acquire 1 s newcomer 3600000 LIMIT $2" ;;
     2) echo "FCALL lock_wait 1 q w$(($2 - 1)) 100000 LEASE 60000" ;;
     3) echo "FCALL_RO lock_info 1 q" ;;
+    4) echo "FCALL lock_wait 1 q newcomer%I 100000 LEASE 60000" ;;
+    # Two commands a call (inline commands end at a newline).
+    5) printf 'FCALL lock_wait 1 q %%P 7200000 LEASE 60000\nFCALL lock_release 1 q %%P\n' ;;
   esac
 }
 

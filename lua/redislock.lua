@@ -67,6 +67,7 @@ local TOKENS_PER_MS = 1000
 -- BLPOP per lease: one command a second by default, contract.md "Without the module") and
 -- how long a grant pushed to it stays uncollected (at most the lease).
 local DEFAULT_LEASE_MS = 2000
+local DEFAULT_LEASE_TEXT = '2000'
 local MAX_LEASE_MS = 60000
 -- A place outlives its renewal by a quarter of its lease, so a renewal that comes a
 -- little late keeps it: BLPOP times out in the event loop, up to 1000/hz ms late
@@ -117,19 +118,22 @@ end
 -- ---------------------------------------------------------------------------
 -- What the fast paths need: their arguments, keys, values, expiry and tokens.
 
--- `owner ttl` and nothing else, the common form, for the fast paths: an owner
--- that is not empty and a ttl of up to 18 digits (no range to check), the ttl
--- kept as written; nil for anything else, which the full path reads (and refuses
--- as it must).
-local function plain_args(args)
-    if #args ~= 2 then
-        return nil
-    end
-    local owner, ttl = args[1], args[2]
+-- `owner ttl`, the common form, for the fast paths: an owner that is not empty and
+-- a ttl of up to 18 digits (no range to check), the ttl kept as written; nil for
+-- anything else, which the full path reads (and refuses as it must).
+local function plain_pair(owner, ttl)
     if owner == '' or #ttl >= #MAX_DURATION or not string.find(ttl, '^[1-9]%d*$') then
         return nil
     end
     return owner, ttl
+end
+
+-- `owner ttl` and nothing else.
+local function plain_args(args)
+    if #args ~= 2 then
+        return nil
+    end
+    return plain_pair(args[1], args[2])
 end
 
 -- What every side key of the lock at `key` starts with, before its suffix
@@ -285,6 +289,19 @@ end
 -- path checks the call again. Through EVALSHA the script runs whole on
 -- every call: what is defined up to here is all a fast call pays for.
 
+-- A free key nobody waits for, granted to `owner` exclusively at once (its token
+-- minted); false when K, the queue or a shared holdings' index is there.
+local function grant_free(key, base, owner, ttl)
+    if redis.call('EXISTS', key, base .. ':lockq', base .. ':lockh') ~= 0 then
+        return false
+    end
+    local token, text, now = mint_at(base, nil, 1)
+    redis.call('HSET', key, FORMAT_FIELD, FORMAT_TEXT, 'x', FORMAT_TEXT .. ' ' .. text
+        .. ' ' .. owner)
+    expire_key(key, ttl, now)
+    return token
+end
+
 -- lock_acquire for `owner ttl`: an exclusive holding of another owner lives while
 -- its key does (the common case under contention: one read, no clock); its holder
 -- refreshes it when nobody waits and its grant was collected (no flags); a free
@@ -309,18 +326,12 @@ local function fast_acquire(keys, args)
         end
         return false
     end
-    local base = base_of(key)
-    if redis.call('EXISTS', key, base .. ':lockq', base .. ':lockh') ~= 0 then
-        return false
-    end
-    local token, text, now = mint_at(base, nil, 1)
-    redis.call('HSET', key, FORMAT_FIELD, FORMAT_TEXT, 'x', FORMAT_TEXT .. ' ' .. text
-        .. ' ' .. owner)
-    expire_key(key, ttl, now)
-    return token
+    return grant_free(key, base_of(key), owner, ttl)
 end
 
--- lock_release by the exclusive holder, nobody waiting, its grant collected.
+-- lock_release by the exclusive holder, its grant collected, nobody waiting; with
+-- a queue, HAND_OFF: fast_hand_off (below) may grant its head.
+local HAND_OFF = {}
 local function fast_release(keys, args)
     local owner, key = args[1], keys[1]
     if #keys ~= 1 or #args ~= 1 or owner == '' then
@@ -338,6 +349,9 @@ local function fast_release(keys, args)
     if holds and flags == '' then
         redis.call('DEL', key)
         return 1
+    end
+    if holds and flags == 'q' then
+        return HAND_OFF
     end
     return false
 end
@@ -379,7 +393,7 @@ local function refuse_as_fcall(keys)
     redis.call('LPUSHX', base_of(keys[1]) .. ':lockoom', '')
 end
 
-local script_args
+local script_args, script_name, script_hand_off
 if not redis.register_function then
     -- Redis 6.2 replicates a script verbatim unless told to replicate its effects;
     -- it must be asked before the first write (a no-op on Redis 7).
@@ -388,24 +402,280 @@ if not redis.register_function then
     for i = 2, #ARGV do
         script_args[i - 1] = ARGV[i]
     end
-    local name, fast = ARGV[1], nil
-    if name == 'lock_acquire' then
+    script_name = ARGV[1]
+    local fast = nil
+    if script_name == 'lock_acquire' then
         fast = function(keys, args)
             if keys[1] then
                 refuse_as_fcall(keys)
             end
             return fast_acquire(keys, args)
         end
-    elseif name == 'lock_release' then
+    elseif script_name == 'lock_release' then
         fast = fast_release
-    elseif name == 'lock_extend' then
+    elseif script_name == 'lock_extend' then
         fast = fast_extend
     end
     if fast then
         local reply = entry(fast)(KEYS, script_args)
-        if reply ~= false then
+        if reply == HAND_OFF then
+            script_hand_off = true
+        elseif reply ~= false then
             return reply
         end
+    end
+end
+
+-- ---------------------------------------------------------------------------
+-- The waiting protocol's fast paths: lock_wait's common calls, and a release
+-- that hands an exclusive lock to the head of its queue. Apart from the fast
+-- paths above, so that through EVALSHA a call those answer does not define these.
+
+-- lock_wait's `owner ttl [SHARED | LIMIT n] [LEASE ms]` as clients send it (options
+-- in capitals, each at most once) for the fast paths: the owner, the ttl as
+-- written, the request's mode (`shared`) and lease as the full path reads them,
+-- and the middle of its place's value (w_value): "<lease> <ttl> <x or s> <limit or
+-- 0>"; nil for anything else, which the full path reads.
+local function wait_args(args)
+    local n = #args
+    if n < 2 or n > 6 then
+        return nil
+    end
+    local owner, ttl = plain_pair(args[1], args[2])
+    if not owner then
+        return nil
+    end
+    local shared, limit, lease, i = false, '0', nil, 3
+    while i <= n do
+        local name, value = args[i], args[i + 1]
+        if name == 'SHARED' and not shared then
+            shared, i = true, i + 1
+        elseif name == 'LIMIT' and limit == '0' and value and #value <= 10
+            and string.find(value, '^[1-9]%d*$') then
+            if tonumber(value) > MAX_LIMIT then
+                return nil
+            end
+            shared, limit, i = true, value, i + 2
+        elseif name == 'LEASE' and not lease and value and #value <= 6
+            and string.find(value, '^[1-9]%d*$') then
+            if tonumber(value) > MAX_LEASE_MS then
+                return nil
+            end
+            lease, i = value, i + 2
+        else
+            return nil
+        end
+    end
+    lease = lease or DEFAULT_LEASE_TEXT
+    -- A ttl of up to 15 digits is exact as a Lua number: kept as written.
+    local text = lease .. ' ' .. (#ttl <= 15 and ttl or int(tonumber(ttl)))
+        .. (shared and ' s ' or ' x ') .. limit
+    return owner, ttl, shared, tonumber(lease), text
+end
+
+-- When a place lapses unless renewed: a lease and a grace after its renewal.
+local function lease_until(now, lease)
+    return now + lease + math.ceil(lease / PLACE_GRACE_DIVISOR)
+end
+
+-- The hand-off of lock_release (see hand_off) when the releasing exclusive holder
+-- has a queue behind it whose head is a live exclusive place and no place lapsed:
+-- the place leaves the queue and its waiter is granted the lock, its token pushed
+-- to its grant list. Declines (before any write) anything else.
+local function fast_hand_off(key)
+    local base = base_of(key)
+    local qkey, wkey, lkey = base .. ':lockq', base .. ':lockw', base .. ':lockl'
+    local now = now_ms()
+    if redis.call('ZRANGEBYSCORE', lkey, '-inf', '(' .. int(now), 'LIMIT', 0, 1)[1] then
+        return false
+    end
+    -- The head, and whether anyone waits behind it.
+    local heads = redis.call('ZRANGE', wkey, 0, 1)
+    local head = heads[1]
+    if not head then
+        return false
+    end
+    local q = redis.call('HMGET', qkey, FORMAT_FIELD, 'w:' .. head)
+    -- An exclusive place (parse_w's format): its lease and ttl.
+    local lease, ttl = string.match(q[2] or '', '^%d+ (%d+) (%d+) x %d+ %d+$')
+    -- Its lease lapses at or after `now`: no place lapsed.
+    if q[1] ~= FORMAT_TEXT or not lease or not redis.call('ZSCORE', lkey, head) then
+        return false
+    end
+    -- The place goes first: on Redis 6.2 a script's first write may not be one that
+    -- Redis refuses under OOM (the mark's SET), and a release must run there too.
+    if heads[2] then
+        redis.call('ZREM', wkey, head)
+        redis.call('ZREM', lkey, head)
+        redis.call('HDEL', qkey, 'w:' .. head)
+    else
+        redis.call('DEL', qkey, wkey, lkey)
+    end
+    local _, text = mint_at(base, now, 1)
+    -- Until its waiter collects it, a grant lasts at most the place's lease.
+    local expires = int(math.min(now + math.min(tonumber(ttl), tonumber(lease)), EXACT))
+    redis.call('HSET', key, 'x', FORMAT_TEXT .. ' ' .. text .. (heads[2] and 'gq ' or 'g ')
+        .. head)
+    redis.call('PEXPIREAT', key, expires)
+    local list = base .. ':lockg:' .. head
+    -- A key of another type at the list's name (not the library's) is replaced.
+    if type(redis.pcall('RPUSH', list, text)) ~= 'number' then
+        redis.call('DEL', list)
+        redis.call('RPUSH', list, text)
+    end
+    redis.call('PEXPIREAT', list, expires)
+    return 1
+end
+
+-- wake_in (below) for the fast paths of lock_wait: a place behind an exclusive
+-- holding of another owner is asked for again at its renewal (`lease` from
+-- `now`), at the holding's expiry, or when the place ahead of it lapses unless
+-- renewed, whichever comes first: that place's lapse `ahead` when known, else
+-- looked up (the place before arrival `seq` in `wkey`) when `seq` is given.
+local function wake_fast(key, now, lease, wkey, lkey, seq, ahead)
+    local at = now + lease
+    local pttl = redis.call('PTTL', key)
+    if pttl >= 0 then
+        at = math.min(at, now + pttl + 1)
+    end
+    if seq then
+        local before = redis.call('ZREVRANGEBYSCORE', wkey, '(' .. seq, '-inf',
+            'LIMIT', 0, 1)[1]
+        ahead = before and tonumber(redis.call('ZSCORE', lkey, before))
+    end
+    if ahead then
+        at = math.min(at, ahead + 1)
+    end
+    return math.max(at - now, 1)
+end
+
+-- The common calls of the waiting protocol (lock_wait, see below), without the
+-- full path: a free key nobody waits for granted at once; the owner of a grant
+-- pushed to it collecting it (its TTL no shorter than what is left); and, behind
+-- another owner's exclusive holding with no place lapsed, a waiter renewing its
+-- place unchanged (the queue keys' expiry far enough) or taking a new place at the
+-- end of the queue, made when there is none. Each does what the full path would;
+-- anything else takes it (false), declined before any write.
+local function fast_wait(keys, args)
+    local owner, ttl, shared, lease, text = wait_args(args)
+    if #keys ~= 1 or not owner or #owner > MAX_OWNER_LEN then
+        return false
+    end
+    local key = keys[1]
+    local base = base_of(key)
+    local list = base .. ':lockg:' .. owner
+    local x = redis.call('HGET', key, 'x')
+    if not x then
+        local token = not shared and grant_free(key, base, owner, ttl)
+        return token and { token, 0, list }
+    end
+    local holds, token, flags = x_holder(x, owner)
+    if holds then
+        if shared or not string.find(flags, 'g', 1, true) or #ttl > 15
+            or not relative_expiry() then
+            return false
+        end
+        local pttl = redis.call('PTTL', key)
+        if pttl < 0 or tonumber(ttl) < pttl then
+            return false
+        end
+        redis.call('PEXPIRE', key, ttl)
+        redis.call('HSET', key, 'x', FORMAT_TEXT .. ' ' .. token
+            .. (string.find(flags, 'q', 1, true) and 'q ' or ' ') .. owner)
+        redis.call('DEL', list)
+        return { tonumber(token), 0, list }
+    elseif holds == nil then
+        return false
+    end
+    local xtoken, xflags, at = string.match(x, X_HEAD)
+    if not xtoken then
+        return false
+    end
+    local qkey, wkey, lkey = base .. ':lockq', base .. ':lockw', base .. ':lockl'
+    local q = redis.call('HMGET', qkey, FORMAT_FIELD, 'seq', 'until', 'w:' .. owner)
+    local now = now_ms()
+    local renewed = lease_until(now, lease)
+    if q[1] ~= FORMAT_TEXT then
+        -- The first place. (A deleted queue hash leaves its other keys: they go.)
+        if q[1] or q[2] or q[3] or q[4] then
+            return false
+        end
+        local until_ms = int(renewed + QUEUE_KEEP_MS)
+        redis.call('DEL', wkey, lkey)
+        redis.call('ZADD', wkey, 1, owner)
+        redis.call('HSET', qkey, FORMAT_FIELD, FORMAT_TEXT, 'seq', 1, 'w:' .. owner,
+            '1 ' .. text .. ' ' .. int(now), 'until', until_ms)
+        redis.call('ZADD', lkey, int(renewed), owner)
+        redis.call('PEXPIREAT', qkey, until_ms)
+        redis.call('PEXPIREAT', wkey, until_ms)
+        redis.call('PEXPIREAT', lkey, until_ms)
+        if not string.find(xflags, 'q', 1, true) then
+            -- The holding's `q`: somebody may wait.
+            redis.call('HSET', key, 'x', FORMAT_TEXT .. ' ' .. xtoken .. xflags .. 'q '
+                .. string.sub(x, at))
+        end
+        return { 0, wake_fast(key, now, lease), list }
+    end
+    -- A queue whose holding does not say so was made by hand (RENAME, COPY): the
+    -- full path marks it.
+    if not string.find(xflags, 'q', 1, true) or redis.call('ZRANGEBYSCORE', lkey, '-inf',
+        '(' .. int(now), 'LIMIT', 0, 1)[1] then
+        return false
+    end
+    local queue_until = tonumber(q[3]) or 0
+    if q[4] then
+        -- A renewal, the place unchanged: its lease runs again.
+        local seq, same = string.match(q[4], '^(%d+) (.*) %d+$')
+        if same ~= text or queue_until < renewed or not redis.call('ZSCORE', lkey, owner) then
+            return false
+        end
+        redis.call('ZADD', lkey, int(renewed), owner)
+        return { 0, wake_fast(key, now, lease, wkey, lkey, seq), list }
+    end
+    -- A new place at the end of the queue: the place ahead is the last one (the
+    -- queue keys all there, or the full path drops the queue).
+    local last = redis.call('ZREVRANGE', wkey, 0, 0, 'WITHSCORES')
+    local seq = (tonumber(q[2]) or 0) + 1
+    if not last[1] or tonumber(last[2]) >= seq then
+        return false
+    end
+    local ahead = redis.call('ZSCORE', lkey, last[1])
+    if not ahead then
+        return false
+    end
+    local seq_text = int(seq)
+    redis.call('ZADD', wkey, seq_text, owner)
+    local value = seq_text .. ' ' .. text .. ' ' .. int(now)
+    if queue_until < renewed then
+        local until_ms = int(renewed + QUEUE_KEEP_MS)
+        redis.call('HSET', qkey, 'seq', seq_text, 'w:' .. owner, value, 'until', until_ms)
+        redis.call('PEXPIREAT', qkey, until_ms)
+        redis.call('PEXPIREAT', wkey, until_ms)
+        redis.call('PEXPIREAT', lkey, until_ms)
+    else
+        redis.call('HSET', qkey, 'seq', seq_text, 'w:' .. owner, value)
+    end
+    redis.call('ZADD', lkey, int(renewed), owner)
+    return { 0, wake_fast(key, now, lease, nil, nil, nil, tonumber(ahead)), list }
+end
+
+-- The scripts path, second part: lock_wait's fast paths, and the hand-off of a
+-- release that the first part left to them.
+if script_name == 'lock_wait' or script_hand_off then
+    local fast = fast_wait
+    if script_hand_off then
+        fast = function(keys)
+            return fast_hand_off(keys[1])
+        end
+    elseif KEYS[1] then
+        fast = function(keys, args)
+            refuse_as_fcall(keys)
+            return fast_wait(keys, args)
+        end
+    end
+    local reply = entry(fast)(KEYS, script_args)
+    if reply ~= false then
+        return reply
     end
 end
 
@@ -666,11 +936,6 @@ end
 local function w_value(p)
     return int(p.seq) .. ' ' .. int(p.lease) .. ' ' .. int(p.ttl) .. ' '
         .. (p.shared and 's ' or 'x ') .. int(p.limit or 0) .. ' ' .. int(p.since)
-end
-
--- When a place lapses unless renewed: a lease and a grace after its renewal.
-local function lease_until(now, lease)
-    return now + lease + math.ceil(lease / PLACE_GRACE_DIVISOR)
 end
 
 -- ---------------------------------------------------------------------------
@@ -1626,69 +1891,6 @@ local function wake_in(st, place)
     return math.max(at - st.now, 1)
 end
 
--- The two common calls of the waiting protocol on an exclusive lock, without the
--- full path: a waiter renewing its place, unchanged, behind another owner's
--- holding (nothing lapsed, the queue keys' expiry far enough), and the owner of a
--- grant pushed to it collecting it (its TTL no shorter than what is left). They
--- do what the full path would; anything else takes it (nil).
-local function wait_fast(key, request)
-    local x = redis.call('HGET', key, 'x')
-    if not x then
-        return nil
-    end
-    local token, flags, holder = split_x(x)
-    local base = base_of(key)
-    local list = base .. ':lockg:' .. request.owner
-    if holder == request.owner then
-        if request.shared or not string.find(flags, 'g', 1, true)
-            or #request.ttl_arg > 15 or not relative_expiry() then
-            return nil
-        end
-        local pttl = redis.call('PTTL', key)
-        if pttl < 0 or request.ttl < pttl then
-            return nil
-        end
-        redis.call('PEXPIRE', key, request.ttl_arg)
-        redis.call('HSET', key, 'x', FORMAT_TEXT .. ' ' .. token
-            .. (string.find(flags, 'q', 1, true) and 'q ' or ' ') .. holder)
-        redis.call('DEL', list)
-        return { tonumber(token), 0, list }
-    end
-    if not string.find(flags, 'q', 1, true) then
-        return nil
-    end
-    local q = redis.call('HMGET', base .. ':lockq', FORMAT_FIELD, 'until', 'w:' .. request.owner)
-    local p = q[1] == FORMAT_TEXT and parse_w(request.owner, q[3])
-    if not p or p.lease ~= request.lease or p.ttl ~= request.ttl
-        or p.shared ~= request.shared or p.limit ~= request.limit then
-        return nil
-    end
-    local now = now_ms()
-    local lkey = base .. ':lockl'
-    local lapse = tonumber(redis.call('ZSCORE', lkey, request.owner))
-    local renewed = lease_until(now, request.lease)
-    if not lapse or not live(lapse, now) or (tonumber(q[2]) or 0) < renewed
-        or #redis.call('ZRANGEBYSCORE', lkey, '-inf', '(' .. int(now), 'LIMIT', 0, 1) > 0 then
-        return nil
-    end
-    redis.call('ZADD', lkey, int(renewed), request.owner)
-    -- wake_in: the renewal, the holding's expiry, the lapse of the place ahead.
-    local at = now + request.lease
-    local pttl = redis.call('PTTL', key)
-    if pttl >= 0 then
-        at = math.min(at, now + pttl + 1)
-    end
-    local ahead = redis.call('ZREVRANGEBYSCORE', base .. ':lockw', '(' .. int(p.seq), '-inf',
-        'LIMIT', 0, 1)[1]
-    if ahead then
-        local behind = tonumber(redis.call('ZSCORE', lkey, ahead))
-        if behind then
-            at = math.min(at, behind + 1)
-        end
-    end
-    return { 0, math.max(at - now, 1), list }
-end
-
 -- FCALL lock_wait 1 key owner ttl [SHARED | LIMIT n] [LEASE ms]
 -- The waiting form of lock_acquire (docs/PROTOCOL.md). Replies {token, 0, list}
 -- when the owner holds the lock (granted now, refreshed, or a pushed grant
@@ -1700,10 +1902,6 @@ local function lock_wait(keys, args)
         arity('lock_wait')
     end
     local request = parse_request(args, 1, true)
-    local reply = wait_fast(keys[1], request)
-    if reply then
-        return reply
-    end
     local st = open(keys[1], request.owner)
     local list = grant_key(st, request.owner)
     if not check_mode(st, request) then
@@ -1785,9 +1983,15 @@ end
 
 local FUNCTIONS = {
     { name = 'lock_acquire', fast = fast_acquire, full = lock_acquire, flags = {} },
-    { name = 'lock_wait', full = lock_wait, flags = {} },
+    { name = 'lock_wait', fast = fast_wait, full = lock_wait, flags = {} },
     -- As DEL and PEXPIRE: a full server must still free and keep its locks.
-    { name = 'lock_release', fast = fast_release, full = lock_release, flags = { 'allow-oom' } },
+    { name = 'lock_release', fast = function(keys, args)
+        local reply = fast_release(keys, args)
+        if reply == HAND_OFF then
+            return fast_hand_off(keys[1])
+        end
+        return reply
+    end, full = lock_release, flags = { 'allow-oom' } },
     { name = 'lock_extend', fast = fast_extend, full = lock_extend, flags = { 'allow-oom' } },
     { name = 'lock_cancel', full = lock_cancel, flags = { 'allow-oom' } },
     { name = 'lock_info', full = lock_info, flags = { 'no-writes' } },

@@ -353,7 +353,11 @@ fn scripts_contract(binary: Option<String>) {
         Value::Int(redis_lock_core::protocol::LIBRARY_VERSION)
     );
     // Under OOM an acquire gets the server's OOM error, with its code; extend and
-    // release still run (as LOCK.EXTEND and LOCK.RELEASE do).
+    // release still run (as LOCK.EXTEND and LOCK.RELEASE do), the release handing
+    // the lock to a waiter too.
+    scripts
+        .call(&mut con, "lock_wait", "k", &["c", "60000"])
+        .unwrap();
     let _: () = query(&mut con, &["CONFIG", "SET", "maxmemory", "1"]).unwrap();
     let refused = scripts
         .acquire(&mut con, "k2", "a", 60_000, &[])
@@ -372,6 +376,12 @@ fn scripts_contract(binary: Option<String>) {
     assert_eq!(busy.code(), Some("OOM"), "{busy:?}");
     assert_eq!(scripts.extend(&mut con, "k", "b", 60_000), 1);
     assert_eq!(scripts.release(&mut con, "k", "b"), 1);
+    let pushed: Vec<i64> = query(&mut con, &["LRANGE", "k{k}:lockg:c", "0", "-1"]).unwrap();
+    let info = scripts.info(&mut con, "k").unwrap();
+    assert_eq!(
+        (info.owner.as_slice(), Some(info.token), info.waiters),
+        (&b"c"[..], pushed.first().copied(), 0)
+    );
     let _: () = query(&mut con, &["CONFIG", "SET", "maxmemory", "0"]).unwrap();
     // A replica built from the effects holds the same.
     let replica = Server::with(Config {

@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redis::Connection;
+use redis::{Connection, Value};
 use redis_lock_testkit::*;
 
 use library::{library_server, wait_acquire, waiter_connection, Backend, WaitRequest};
@@ -588,4 +588,129 @@ fn a_queue_key_deleted_by_hand_drops_the_queue_and_its_waiters_queue_again() {
             handle.join().unwrap();
         }
     }
+}
+
+/// The commands one call ran inside the server (INFO's `total_commands_processed`
+/// before and after: the first INFO and the call itself are not counted).
+fn inner_commands(
+    con: &mut Connection,
+    call: impl FnOnce(&mut Connection) -> Value,
+) -> (u64, Value) {
+    let total = |con: &mut Connection| -> u64 {
+        info_field(con, "stats", "total_commands_processed")
+            .and_then(|n| n.parse().ok())
+            .expect("total_commands_processed")
+    };
+    let before = total(con);
+    let reply = call(con);
+    (total(con) - before - 2, reply)
+}
+
+#[test]
+fn the_waiting_protocols_common_calls_take_their_fast_paths() {
+    // lua/redislock.lua's fast paths of lock_wait and lock_release (a contended
+    // lock's whole cycle: a place made or joined, renewed, handed off, collected),
+    // by the commands each runs (the full path runs 20 for the hand-off), through
+    // FCALL and through EVALSHA, whose lock_wait runs one more (its LPUSHX).
+    let (_server, mut con) = library_server(Config::default());
+    let scripts = Backend::scripts(&mut con);
+    for (lib, key) in [(&LIB, "f"), (&scripts, "{s}")] {
+        fast_cycle(&mut con, lib, key);
+    }
+}
+
+/// The grant list of `owner` on `key` (lua/redislock.lua's `side`).
+fn grant_list(key: &str, owner: &str) -> String {
+    if key.contains(['{', '}']) {
+        format!("{key}:lockg:{owner}")
+    } else {
+        format!("{key}{{{key}}}:lockg:{owner}")
+    }
+}
+
+fn fast_cycle(con: &mut Connection, lib: &Backend, key: &str) {
+    assert!(lib.acquire(con, key, "h", 60_000, &[]).unwrap().is_some());
+    let lpushx = u64::from(matches!(lib, Backend::Scripts(_)));
+    let step = |con: &mut Connection, function: &str, args: &[&str]| {
+        let (commands, reply) =
+            inner_commands(con, |con| lib.call(con, function, key, args).unwrap());
+        let extra = if function == "lock_wait" { lpushx } else { 0 };
+        (commands - extra, reply)
+    };
+    let wait = ["60000", "LEASE", "60000"];
+    let (commands, reply) = step(con, "lock_wait", &[&["a"], &wait[..]].concat());
+    assert_eq!(commands, 12, "the first place of a new queue: {reply:?}");
+    let (commands, reply) = step(con, "lock_wait", &[&["b"], &wait[..]].concat());
+    assert_eq!(commands, 10, "a place behind another: {reply:?}");
+    let (commands, reply) = step(con, "lock_wait", &[&["c"], &wait[..], &["SHARED"]].concat());
+    assert_eq!(commands, 10, "a shared place: {reply:?}");
+    let (commands, reply) = step(con, "lock_wait", &[&["b"], &wait[..]].concat());
+    assert_eq!(commands, 9, "a renewal with a place ahead: {reply:?}");
+    assert_eq!(waiters(con, key), 3);
+    let (commands, reply) = step(con, "lock_release", &["h"]);
+    // 14, and a second SET of the token mark when this grant comes in the same
+    // millisecond as the one before (the clock floor did not move past the mark).
+    assert!(
+        (14..=15).contains(&commands) && reply == Value::Int(1),
+        "a hand-off: {commands} commands, {reply:?}"
+    );
+    let granted: Vec<i64> = redis::cmd("LRANGE")
+        .arg(grant_list(key, "a"))
+        .arg(0)
+        .arg(-1)
+        .query(con)
+        .unwrap();
+    let (commands, reply) = step(con, "lock_wait", &[&["a"], &wait[..]].concat());
+    assert_eq!(commands, 5, "a grant collected: {reply:?}");
+    assert_eq!(
+        reply,
+        Value::Array(vec![
+            Value::Int(granted[0]),
+            Value::Int(0),
+            Value::BulkString(grant_list(key, "a").into_bytes())
+        ])
+    );
+    let (commands, reply) = step(con, "lock_release", &["a"]);
+    assert!(
+        (14..=15).contains(&commands) && reply == Value::Int(1),
+        "a hand-off to b: {commands} commands, {reply:?}"
+    );
+    let (commands, _) = step(con, "lock_wait", &[&["b"], &wait[..]].concat());
+    assert_eq!(commands, 5, "b collects");
+    assert_eq!(waiters(con, key), 1);
+    // The head shared: the full path grants the shared places in a row.
+    let (commands, reply) = step(con, "lock_release", &["b"]);
+    assert!(commands > 14, "{commands} commands: {reply:?}");
+    let info = lib.info(con, key).unwrap();
+    assert_eq!((info.mode.as_str(), info.waiters), ("shared", 0));
+}
+
+#[test]
+fn a_foreign_key_at_the_heads_grant_list_is_replaced_by_the_hand_off() {
+    let (_server, mut con) = library_server(Config::default());
+    assert!(LIB
+        .acquire(&mut con, "g", "h", 60_000, &[])
+        .unwrap()
+        .is_some());
+    for owner in ["a", "b"] {
+        LIB.call(&mut con, "lock_wait", "g", &[owner, "60000"])
+            .unwrap();
+    }
+    let _: () = redis::cmd("SET")
+        .arg("g{g}:lockg:a")
+        .arg("not a list")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(LIB.release(&mut con, "g", "h"), 1);
+    let token: Vec<i64> = redis::cmd("LRANGE")
+        .arg("g{g}:lockg:a")
+        .arg(0)
+        .arg(-1)
+        .query(&mut con)
+        .unwrap();
+    let info = LIB.info(&mut con, "g").unwrap();
+    assert_eq!(
+        (info.owner.as_slice(), Some(info.token), info.waiters),
+        (&b"a"[..], token.first().copied(), 1)
+    );
 }
