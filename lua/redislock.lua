@@ -632,18 +632,14 @@ local function fast_wait(keys, args)
         redis.call('ZADD', lkey, int(renewed), owner)
         return { 0, wake_fast(key, now, lease, wkey, lkey, seq), list }
     end
-    -- A new place at the end of the queue: the place ahead is the last one (the
-    -- queue keys all there, or the full path drops the queue).
-    local last = redis.call('ZREVRANGE', wkey, 0, 0, 'WITHSCORES')
-    local seq = (tonumber(q[2]) or 0) + 1
-    if not last[1] or tonumber(last[2]) >= seq then
-        return false
-    end
-    local ahead = redis.call('ZSCORE', lkey, last[1])
+    -- A new place at the end of the queue, behind the last one (the queue keys all
+    -- there, or the full path drops the queue).
+    local seq_text = int((tonumber(q[2]) or 0) + 1)
+    local last = redis.call('ZREVRANGEBYSCORE', wkey, '(' .. seq_text, '-inf', 'LIMIT', 0, 1)[1]
+    local ahead = last and redis.call('ZSCORE', lkey, last)
     if not ahead then
         return false
     end
-    local seq_text = int(seq)
     redis.call('ZADD', wkey, seq_text, owner)
     local value = seq_text .. ' ' .. text .. ' ' .. int(now)
     if queue_until < renewed then
