@@ -636,7 +636,9 @@ local function fast_wait(keys, args)
     -- there, or the full path drops the queue).
     local seq_text = int((tonumber(q[2]) or 0) + 1)
     local last = redis.call('ZREVRANGEBYSCORE', wkey, '(' .. seq_text, '-inf', 'LIMIT', 0, 1)[1]
-    local ahead = last and redis.call('ZSCORE', lkey, last)
+    -- The caller itself last (its place's field deleted by hand): the full path
+    -- moves it behind the one before.
+    local ahead = last and last ~= owner and redis.call('ZSCORE', lkey, last)
     if not ahead then
         return false
     end

@@ -714,3 +714,36 @@ fn a_foreign_key_at_the_heads_grant_list_is_replaced_by_the_hand_off() {
         (&b"a"[..], token.first().copied(), 1)
     );
 }
+
+#[test]
+fn a_place_whose_field_was_deleted_by_hand_is_taken_again_behind_the_one_ahead() {
+    // The caller is still last in the places by arrival, its place's field gone:
+    // the place ahead of the new one is the one before it, whose lapse (a lease
+    // of 60 s) does not shorten the wake-up, not the caller's own old place (1 s).
+    let (_server, mut con) = library_server(Config::default());
+    assert!(LIB
+        .acquire(&mut con, "r", "h", 30_000, &[])
+        .unwrap()
+        .is_some());
+    LIB.call(
+        &mut con,
+        "lock_wait",
+        "r",
+        &["w1", "10000", "LEASE", "60000"],
+    )
+    .unwrap();
+    LIB.call(
+        &mut con,
+        "lock_wait",
+        "r",
+        &["w2", "10000", "LEASE", "1000"],
+    )
+    .unwrap();
+    let _: i64 = query(&mut con, &["HDEL", "r{r}:lockq", "w:w2"]).unwrap();
+    let (token, wake_ms) = wait_once(&mut con, "r", "w2", 60_000, &[]);
+    assert_eq!(token, 0);
+    assert!(
+        wake_ms > 20_000,
+        "wakes in {wake_ms} ms: at the holder's expiry"
+    );
+}
