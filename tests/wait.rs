@@ -829,7 +829,10 @@ fn info_shows_how_long_released_holdings_were_held_and_how_long_freed_locks_stoo
     wait_for_waiters(&mut con, "lapsing", 1);
     let _: () = query(&mut con, &["DEBUG", "SLEEP", "0.4"]).unwrap();
     assert!(second.join().unwrap().is_some());
-    let free_at_most = start.elapsed().as_millis() as i64 - 200;
+    // The server counts in whole milliseconds of its cached clock (the expiry set
+    // from the time its command started): a few more than this side measures (214
+    // against 212 once, on Redis 8).
+    let free_at_most = start.elapsed().as_millis() as i64 - 200 + 5;
     assert_eq!(lock_stat(&mut con, "handoff_ms_count"), 2);
     let late = lock_stat(&mut con, "handoff_ms_sum");
     assert!(
