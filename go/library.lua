@@ -478,6 +478,24 @@ local function lease_until(now, lease)
     return now + lease + math.ceil(lease / PLACE_GRACE_DIVISOR)
 end
 
+-- `text` pushed to the grant list `list`, which then expires at `expires` (as
+-- written): a token granted, or a wake-up. A key of another type at the list's
+-- name (not the library's) is replaced.
+local function push_to(list, text, expires)
+    if type(redis.pcall('RPUSH', list, text)) ~= 'number' then
+        redis.call('DEL', list)
+        redis.call('RPUSH', list, text)
+    end
+    redis.call('PEXPIREAT', list, expires)
+end
+
+-- The queue keys (hash, places by arrival, by lapse) expire at `at` (as written).
+local function expire_queue(qkey, wkey, lkey, at)
+    redis.call('PEXPIREAT', qkey, at)
+    redis.call('PEXPIREAT', wkey, at)
+    redis.call('PEXPIREAT', lkey, at)
+end
+
 -- The hand-off of lock_release (see hand_off) when the releasing exclusive holder
 -- has a queue behind it whose head is a live exclusive place and no place lapsed:
 -- the place leaves the queue and its waiter is granted the lock, its token pushed
@@ -517,13 +535,7 @@ local function fast_hand_off(key)
     redis.call('HSET', key, 'x', FORMAT_TEXT .. ' ' .. text .. (heads[2] and 'gq ' or 'g ')
         .. head)
     redis.call('PEXPIREAT', key, expires)
-    local list = base .. ':lockg:' .. head
-    -- A key of another type at the list's name (not the library's) is replaced.
-    if type(redis.pcall('RPUSH', list, text)) ~= 'number' then
-        redis.call('DEL', list)
-        redis.call('RPUSH', list, text)
-    end
-    redis.call('PEXPIREAT', list, expires)
+    push_to(base .. ':lockg:' .. head, text, expires)
     return 1
 end
 
@@ -606,9 +618,7 @@ local function fast_wait(keys, args)
         redis.call('HSET', qkey, FORMAT_FIELD, FORMAT_TEXT, 'seq', 1, 'w:' .. owner,
             '1 ' .. text .. ' ' .. int(now), 'until', until_ms)
         redis.call('ZADD', lkey, int(renewed), owner)
-        redis.call('PEXPIREAT', qkey, until_ms)
-        redis.call('PEXPIREAT', wkey, until_ms)
-        redis.call('PEXPIREAT', lkey, until_ms)
+        expire_queue(qkey, wkey, lkey, until_ms)
         if not string.find(xflags, 'q', 1, true) then
             -- The holding's `q`: somebody may wait.
             redis.call('HSET', key, 'x', FORMAT_TEXT .. ' ' .. xtoken .. xflags .. 'q '
@@ -647,9 +657,7 @@ local function fast_wait(keys, args)
     if queue_until < renewed then
         local until_ms = int(renewed + QUEUE_KEEP_MS)
         redis.call('HSET', qkey, 'seq', seq_text, 'w:' .. owner, value, 'until', until_ms)
-        redis.call('PEXPIREAT', qkey, until_ms)
-        redis.call('PEXPIREAT', wkey, until_ms)
-        redis.call('PEXPIREAT', lkey, until_ms)
+        expire_queue(qkey, wkey, lkey, until_ms)
     else
         redis.call('HSET', qkey, 'seq', seq_text, 'w:' .. owner, value)
     end
@@ -1304,17 +1312,10 @@ local function first_places(st, count)
     return (places_from(st, 0, count))
 end
 
--- The holdings granted to waiters are pushed to their lists: the token, which
--- lasts as long as the grant does. A key of another type at the list's name (not
--- the library's) is replaced.
+-- The holdings granted to waiters are pushed to their lists (push_to): the token,
+-- which lasts as long as the grant does.
 local function push_grant(st, owner, token, expires)
-    local list = grant_key(st, owner)
-    local pushed = redis.pcall('RPUSH', list, int(token))
-    if type(pushed) ~= 'number' then
-        redis.call('DEL', list)
-        redis.call('RPUSH', list, int(token))
-    end
-    redis.call('PEXPIREAT', list, int(expires))
+    push_to(grant_key(st, owner), int(token), int(expires))
 end
 
 -- New holdings for the places `granted` (all exclusive: one), each with a token,
@@ -1572,9 +1573,7 @@ local function keep_queue(st, until_ms)
     st.queue.until_ms = until_ms + QUEUE_KEEP_MS
     local at = int(st.queue.until_ms)
     redis.call('HSET', st.qkey, 'until', at)
-    redis.call('PEXPIREAT', st.qkey, at)
-    redis.call('PEXPIREAT', wkey(st), at)
-    redis.call('PEXPIREAT', lkey(st), at)
+    expire_queue(st.qkey, wkey(st), lkey(st), at)
 end
 
 -- ---------------------------------------------------------------------------
@@ -1652,9 +1651,7 @@ upgrade = function(st, mode, old_queue)
             call_chunked('HSET', st.qkey, fields)
             call_chunked('ZADD', wkey(st), arrivals)
             call_chunked('ZADD', lkey(st), lapses)
-            for _, key in ipairs({ st.qkey, wkey(st), lkey(st) }) do
-                redis.call('PEXPIREAT', key, int(until_ms))
-            end
+            expire_queue(st.qkey, wkey(st), lkey(st), int(until_ms))
         end
     end
 end
