@@ -86,11 +86,165 @@ local SWEEP = 1000
 -- Arguments per command when a call writes many fields or members (Lua 5.1's
 -- unpack is bounded by its C stack).
 local CHUNK = 512
+-- ---------------------------------------------------------------------------
+-- The fast paths: the common calls on an exclusive lock, each in as few
+-- commands as the rules allow, ahead of the full path (below). Each answers what
+-- the full path would, or declines (false) and leaves the call to it; the full
+-- path checks the call again. Those of a release, an extend and an acquire take
+-- their arguments from `args[o + 1]` on (`o`: 0 through FCALL, 1 through EVALSHA,
+-- whose first argument is the name).
+--
+-- Through EVALSHA the whole file runs on every call, and each function it
+-- defines costs about 1,000 instructions to make and collect, more than most of a
+-- fast call's own work: so the fast paths come in stages (a release, an extend,
+-- an acquire), each after what it needs and before what it does not, and a call
+-- that its stage answers returns there, before the rest is defined.
+
+-- The scripts path (`EVALSHA sha 1 key name arg...`): the name of the function
+-- called; nil when the file is loaded by FUNCTION LOAD.
+local script_name, script_hand_off
+if not redis.register_function then
+    -- Redis 6.2 replicates a script verbatim unless told to replicate its effects;
+    -- it must be asked before the first write (a no-op on Redis 7).
+    redis.replicate_commands()
+    script_name = ARGV[1]
+end
+
+-- `x` as the fast paths read it for `owner`, without split_x's pattern where the
+-- answer is a miss (they run on every call under contention, and each string
+-- function a call makes costs about as much as a small Redis command): false when
+-- `owner` does not hold it (one plain find of `owner` at its end, then its first
+-- two bytes: no new string); true, the flags and where the head ends (the space
+-- before the owner) when `owner` does; nil when the value is not of this format,
+-- which split_x then refuses on the full path (as it refuses a token that is no
+-- number, which counts as a miss here while `owner` is not at the end).
+local X_HEAD = '^' .. FORMAT_TEXT .. ' (%d+)([gq]*) ()'
+local FORMAT_BYTE = 48 + FORMAT -- FORMAT_TEXT's one digit
+local function x_holder(x, owner)
+    if string.find(x, owner, -#owner, true) then
+        local _, flags, at = string.match(x, X_HEAD)
+        if not flags then
+            return nil
+        end
+        -- Not where the owner starts: another owner that ends with ` <owner>`.
+        return at == #x - #owner + 1, flags, at - 1
+    end
+    local format, space = string.byte(x, 1, 2)
+    if format ~= FORMAT_BYTE or space ~= 32 then
+        return nil
+    end
+    return false
+end
+
+-- lock_release by the exclusive holder, its grant collected, nobody waiting; with
+-- a queue, HAND_OFF: fast_hand_off (below) may grant its head.
+local HAND_OFF = 'hand off'
+local function fast_release(keys, args, o)
+    local owner, key = args[o + 1], keys[1]
+    if #keys ~= 1 or #args ~= o + 1 or owner == '' then
+        return false
+    end
+    local x = redis.call('HGET', key, 'x')
+    if not x then
+        return false
+    end
+    local holds, flags = x_holder(x, owner)
+    if holds == false then
+        -- A miss touches nothing (contract.md "Calls that change nothing": no write, WATCH holds).
+        return 0
+    end
+    if holds and flags == '' then
+        redis.call('DEL', key)
+        return 1
+    end
+    if holds and flags == 'q' then
+        return HAND_OFF
+    end
+    return false
+end
+
+-- The scripts path's first stage. A fast path's error is the reply when it is a
+-- table (a `fail`, or a Redis error on Redis 7, as FCALL would reply it); Redis
+-- 6.2 raises its errors as text, with the script's position: that call goes on
+-- to the full path, which raises it again as `entry` replies it.
+if script_name == 'lock_release' then
+    local ok, reply = pcall(fast_release, KEYS, ARGV, 1)
+    script_hand_off = ok and reply == HAND_OFF
+    if reply ~= false and not script_hand_off and (ok or type(reply) == 'table') then
+        return reply
+    end
+end
+
 -- Redis 7 replicates a relative PEXPIRE as PEXPIREAT; 6.2 as it is, so there the
 -- library sets absolute times only. (Asked when called: Redis 7.0 loads a library
 -- in an environment without most globals.)
 local function relative_expiry()
     return (redis.REDIS_VERSION_NUM or 0) >= 0x070000
+end
+
+local function now_ms()
+    local t = redis.call('TIME')
+    -- Arithmetic on the reply's texts converts them (no library call: a fast path
+    -- takes the clock).
+    local us = t[2] + 0
+    return t[1] * 1000 + (us - us % 1000) / 1000
+end
+
+-- Sets the expiry of `key` `ttl` ms from `now` (`ttl` as written, checked; `now`
+-- the clock when the call read it already): a TTL of up to 15 digits as it is,
+-- else an absolute time, which is then returned. Returns the clock too.
+local function expire_key(key, ttl, now)
+    if #ttl <= 15 and relative_expiry() then
+        redis.call('PEXPIRE', key, ttl)
+        return nil, now
+    end
+    now = now or now_ms()
+    local at = math.min(now + tonumber(ttl), EXACT)
+    redis.call('PEXPIREAT', key, string.format('%d', at))
+    return at, now
+end
+
+-- `owner ttl`, the common form, for the fast paths: an owner that is not empty and
+-- a ttl of up to 18 digits (no range to check), the ttl kept as written; nil for
+-- anything else, which the full path reads (and refuses as it must).
+local function plain_pair(owner, ttl)
+    if owner == '' or #ttl >= #MAX_DURATION or not string.find(ttl, '^[1-9]%d*$') then
+        return nil
+    end
+    return owner, ttl
+end
+
+-- lock_extend by the exclusive holder, nobody waiting.
+local function fast_extend(keys, args, o)
+    if #keys ~= 1 or #args ~= o + 2 then
+        return false
+    end
+    local owner, ttl = plain_pair(args[o + 1], args[o + 2])
+    if not owner then
+        return false
+    end
+    local key = keys[1]
+    local x = redis.call('HGET', key, 'x')
+    if not x then
+        return false
+    end
+    local holds, flags = x_holder(x, owner)
+    if holds == false then
+        return 0
+    end
+    if holds and (flags == '' or flags == 'g') then
+        expire_key(key, ttl)
+        return 1
+    end
+    return false
+end
+
+-- The scripts path's second stage.
+if script_name == 'lock_extend' then
+    local ok, reply = pcall(fast_extend, KEYS, ARGV, 1)
+    if reply ~= false and (ok or type(reply) == 'table') then
+        return reply
+    end
 end
 
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
@@ -107,35 +261,6 @@ local function int(n)
     return string.format('%d', n)
 end
 
-local function now_ms()
-    local t = redis.call('TIME')
-    -- Arithmetic on the reply's texts converts them (no library call: a fast path
-    -- takes the clock).
-    local us = t[2] + 0
-    return t[1] * 1000 + (us - us % 1000) / 1000
-end
-
--- ---------------------------------------------------------------------------
--- What the fast paths need: their arguments, keys, values, expiry and tokens.
-
--- `owner ttl`, the common form, for the fast paths: an owner that is not empty and
--- a ttl of up to 18 digits (no range to check), the ttl kept as written; nil for
--- anything else, which the full path reads (and refuses as it must).
-local function plain_pair(owner, ttl)
-    if owner == '' or #ttl >= #MAX_DURATION or not string.find(ttl, '^[1-9]%d*$') then
-        return nil
-    end
-    return owner, ttl
-end
-
--- `owner ttl` and nothing else.
-local function plain_args(args)
-    if #args ~= 2 then
-        return nil
-    end
-    return plain_pair(args[1], args[2])
-end
-
 -- What every side key of the lock at `key` starts with, before its suffix
 -- (`:lockq`, ...): each is in K's hash slot (Cluster) and starts with K (ACL key
 -- patterns such as `~jobs:*`): a key without braces gets itself as a hash tag
@@ -149,56 +274,6 @@ local function base_of(key)
         return key
     end
     return key .. '{' .. key .. '}'
-end
-
--- `x` as the fast paths read it for `owner`, without split_x's pattern where the
--- answer is a miss (they run on every call under contention, and each string
--- function a call makes costs about as much as a small Redis command): false when
--- `owner` does not hold it (one plain find of `owner` at its end, then its first
--- two bytes: no new string); true, the token's text and the flags when `owner`
--- does; nil when the value is not of this format, which split_x then refuses on
--- the full path (as it refuses a token that is no number, which counts as a miss
--- here while `owner` is not at the end).
-local X_HEAD = '^' .. FORMAT_TEXT .. ' (%d+)([gq]*) ()'
-local FORMAT_BYTE = 48 + FORMAT -- FORMAT_TEXT's one digit
-local function x_holder(x, owner)
-    if string.find(x, owner, -#owner, true) then
-        local token, flags, at = string.match(x, X_HEAD)
-        if not token then
-            return nil
-        end
-        -- Not where the owner starts: another owner that ends with ` <owner>`.
-        return at == #x - #owner + 1, token, flags
-    end
-    local format, space = string.byte(x, 1, 2)
-    if format ~= FORMAT_BYTE or space ~= 32 then
-        return nil
-    end
-    return false
-end
-
--- Sets K's expiry `ttl` ms from now (the exclusive holding's; `ttl` as written,
--- checked): a TTL of up to 15 digits as it is, else an absolute time, which is
--- then returned.
-local function expire_in(st, ttl)
-    if #ttl <= 15 and relative_expiry() then
-        redis.call('PEXPIRE', st.key, ttl)
-        return nil
-    end
-    st.now = st.now or now_ms()
-    local at = math.min(st.now + tonumber(ttl), EXACT)
-    redis.call('PEXPIREAT', st.key, int(at))
-    return at
-end
-
--- expire_in for the fast paths, which keep no state: no table where the TTL is
--- set as it is; `now`, the clock when the call read it already.
-local function expire_key(key, ttl, now)
-    if #ttl <= 15 and relative_expiry() then
-        redis.call('PEXPIRE', key, ttl)
-    else
-        expire_in({ key = key, now = now }, ttl)
-    end
 end
 
 -- contract.md "Fencing tokens": `count` tokens for this key, each greater than every
@@ -254,6 +329,72 @@ local function mint_at(base, now, count, above)
     return last - count + 1, text, now
 end
 
+-- A free key nobody waits for, granted to `owner` exclusively at once (its token
+-- minted); false when K, the queue or a shared holdings' index is there.
+local function grant_free(key, base, owner, ttl)
+    if redis.call('EXISTS', key, base .. ':lockq', base .. ':lockh') ~= 0 then
+        return false
+    end
+    local token, text, now = mint_at(base, nil, 1)
+    redis.call('HSET', key, FORMAT_FIELD, FORMAT_TEXT, 'x', FORMAT_TEXT .. ' ' .. text
+        .. ' ' .. owner)
+    expire_key(key, ttl, now)
+    return token
+end
+
+-- lock_acquire for `owner ttl`: an exclusive holding of another owner lives while
+-- its key does (the common case under contention: one read, no clock); its holder
+-- refreshes it when nobody waits and its grant was collected (no flags); a free
+-- key nobody waits for is granted at once (its token minted).
+local function fast_acquire(keys, args, o)
+    if #keys ~= 1 or #args ~= o + 2 then
+        return false
+    end
+    local owner, ttl = plain_pair(args[o + 1], args[o + 2])
+    -- The library's owners are never longer (it has no config to lower the
+    -- limit): the full path refuses a longer one.
+    if not owner or #owner > MAX_OWNER_LEN then
+        return false
+    end
+    local key = keys[1]
+    local x = redis.call('HGET', key, 'x')
+    if x then
+        local holds, flags, head = x_holder(x, owner)
+        if holds == false then
+            return nil
+        end
+        if holds and flags == '' then
+            expire_key(key, ttl)
+            return tonumber(string.sub(x, 3, head - 1))
+        end
+        return false
+    end
+    return grant_free(key, base_of(key), owner, ttl)
+end
+
+-- A script may always make its first write, unless that write is one Redis
+-- refuses under OOM (after any write it refuses none). A call that would not run
+-- under OOM as a function (no `allow-oom`) starts with such a write that changes
+-- nothing, LPUSHX of a list never made: under OOM it is refused before anything is
+-- written (a grant pushed is not collected, as FCALL refuses lock_wait), and on a
+-- replica answered READONLY, as FCALL is there.
+local function refuse_as_fcall(keys)
+    redis.call('LPUSHX', base_of(keys[1]) .. ':lockoom', '')
+end
+
+-- The scripts path's third stage. `script_refused`: the call passed
+-- refuse_as_fcall already (the full path need not ask again).
+local script_refused = false
+if script_name == 'lock_acquire' and KEYS[1] then
+    script_refused = pcall(refuse_as_fcall, KEYS)
+    if script_refused then
+        local ok, reply = pcall(fast_acquire, KEYS, ARGV, 1)
+        if reply ~= false and (ok or type(reply) == 'table') then
+            return reply
+        end
+    end
+end
+
 -- Runs a function, turning a `fail` into its error reply; any other error (a bug)
 -- is raised as it is.
 local function entry(handler)
@@ -279,150 +420,6 @@ local function entry(handler)
             end
         end
         error(result, 0)
-    end
-end
-
--- ---------------------------------------------------------------------------
--- The fast paths: the common calls on an exclusive lock, each in as few
--- commands as the rules allow, ahead of the full path (below). Each answers what
--- the full path would, or declines (false) and leaves the call to it; the full
--- path checks the call again. Through EVALSHA the script runs whole on
--- every call: what is defined up to here is all a fast call pays for.
-
--- A free key nobody waits for, granted to `owner` exclusively at once (its token
--- minted); false when K, the queue or a shared holdings' index is there.
-local function grant_free(key, base, owner, ttl)
-    if redis.call('EXISTS', key, base .. ':lockq', base .. ':lockh') ~= 0 then
-        return false
-    end
-    local token, text, now = mint_at(base, nil, 1)
-    redis.call('HSET', key, FORMAT_FIELD, FORMAT_TEXT, 'x', FORMAT_TEXT .. ' ' .. text
-        .. ' ' .. owner)
-    expire_key(key, ttl, now)
-    return token
-end
-
--- lock_acquire for `owner ttl`: an exclusive holding of another owner lives while
--- its key does (the common case under contention: one read, no clock); its holder
--- refreshes it when nobody waits and its grant was collected (no flags); a free
--- key nobody waits for is granted at once (its token minted).
-local function fast_acquire(keys, args)
-    local owner, ttl = plain_args(args)
-    -- The library's owners are never longer (it has no config to lower the
-    -- limit): the full path refuses a longer one.
-    if #keys ~= 1 or not owner or #owner > MAX_OWNER_LEN then
-        return false
-    end
-    local key = keys[1]
-    local x = redis.call('HGET', key, 'x')
-    if x then
-        local holds, token, flags = x_holder(x, owner)
-        if holds == false then
-            return nil
-        end
-        if holds and flags == '' then
-            expire_key(key, ttl)
-            return tonumber(token)
-        end
-        return false
-    end
-    return grant_free(key, base_of(key), owner, ttl)
-end
-
--- lock_release by the exclusive holder, its grant collected, nobody waiting; with
--- a queue, HAND_OFF: fast_hand_off (below) may grant its head.
-local HAND_OFF = {}
-local function fast_release(keys, args)
-    local owner, key = args[1], keys[1]
-    if #keys ~= 1 or #args ~= 1 or owner == '' then
-        return false
-    end
-    local x = redis.call('HGET', key, 'x')
-    if not x then
-        return false
-    end
-    local holds, _, flags = x_holder(x, owner)
-    if holds == false then
-        -- A miss touches nothing (contract.md "Calls that change nothing": no write, WATCH holds).
-        return 0
-    end
-    if holds and flags == '' then
-        redis.call('DEL', key)
-        return 1
-    end
-    if holds and flags == 'q' then
-        return HAND_OFF
-    end
-    return false
-end
-
--- lock_extend by the exclusive holder, nobody waiting.
-local function fast_extend(keys, args)
-    local owner, ttl = plain_args(args)
-    local key = keys[1]
-    if #keys ~= 1 or not owner then
-        return false
-    end
-    local x = redis.call('HGET', key, 'x')
-    if not x then
-        return false
-    end
-    local holds, _, flags = x_holder(x, owner)
-    if holds == false then
-        return 0
-    end
-    if holds and (flags == '' or flags == 'g') then
-        expire_key(key, ttl)
-        return 1
-    end
-    return false
-end
-
--- ---------------------------------------------------------------------------
--- The scripts path (`EVALSHA sha 1 key name arg...`), first part. A script runs
--- whole on every call: a call that a fast path answers returns here, before the
--- full path below is defined.
-
--- A script may always make its first write, unless that write is one Redis
--- refuses under OOM (after any write it refuses none). A call that would not run
--- under OOM as a function (no `allow-oom`) starts with such a write that changes
--- nothing, LPUSHX of a list never made: under OOM it is refused before anything is
--- written (a grant pushed is not collected, as FCALL refuses lock_wait), and on a
--- replica answered READONLY, as FCALL is there.
-local function refuse_as_fcall(keys)
-    redis.call('LPUSHX', base_of(keys[1]) .. ':lockoom', '')
-end
-
-local script_args, script_name, script_hand_off
-if not redis.register_function then
-    -- Redis 6.2 replicates a script verbatim unless told to replicate its effects;
-    -- it must be asked before the first write (a no-op on Redis 7).
-    redis.replicate_commands()
-    script_args = {}
-    for i = 2, #ARGV do
-        script_args[i - 1] = ARGV[i]
-    end
-    script_name = ARGV[1]
-    local fast = nil
-    if script_name == 'lock_acquire' then
-        fast = function(keys, args)
-            if keys[1] then
-                refuse_as_fcall(keys)
-            end
-            return fast_acquire(keys, args)
-        end
-    elseif script_name == 'lock_release' then
-        fast = fast_release
-    elseif script_name == 'lock_extend' then
-        fast = fast_extend
-    end
-    if fast then
-        local reply = entry(fast)(KEYS, script_args)
-        if reply == HAND_OFF then
-            script_hand_off = true
-        elseif reply ~= false then
-            return reply
-        end
     end
 end
 
@@ -581,12 +578,13 @@ local function fast_wait(keys, args)
         local token = not shared and grant_free(key, base, owner, ttl)
         return token and { token, 0, list }
     end
-    local holds, token, flags = x_holder(x, owner)
+    local holds, flags, head = x_holder(x, owner)
     if holds then
         if shared or not string.find(flags, 'g', 1, true) or #ttl > 15
             or not relative_expiry() then
             return false
         end
+        local token = string.sub(x, 3, head - 1 - #flags)
         local pttl = redis.call('PTTL', key)
         if pttl < 0 or tonumber(ttl) < pttl then
             return false
@@ -665,8 +663,16 @@ local function fast_wait(keys, args)
     return { 0, wake_fast(key, now, lease, nil, nil, nil, tonumber(ahead)), list }
 end
 
--- The scripts path, second part: lock_wait's fast paths, and the hand-off of a
--- release that the first part left to them.
+-- The scripts path's fourth stage: lock_wait's fast paths, and the hand-off of a
+-- release that the first stage left to them. From here on a call's arguments are
+-- `script_args`, as FCALL would pass them.
+local script_args
+if script_name then
+    script_args = {}
+    for i = 2, #ARGV do
+        script_args[i - 1] = ARGV[i]
+    end
+end
 if script_name == 'lock_wait' or script_hand_off then
     local fast = fast_wait
     if script_hand_off then
@@ -676,6 +682,7 @@ if script_name == 'lock_wait' or script_hand_off then
     elseif KEYS[1] then
         fast = function(keys, args)
             refuse_as_fcall(keys)
+            script_refused = true
             return fast_wait(keys, args)
         end
     end
@@ -1453,6 +1460,14 @@ local function remove_holding(st, h)
     store_shared_expiry(st)
 end
 
+-- expire_key for the exclusive holding of `st` (its clock kept), `ttl` from now:
+-- the absolute time, when it is set as one.
+local function expire_in(st, ttl)
+    local at, now = expire_key(st.key, ttl, st.now)
+    st.now = now
+    return at
+end
+
 -- Writes `h`, a holding of `st` whose expiry or grant mark changed.
 local function store_holding(st, h, ttl)
     if h.exclusive then
@@ -1981,7 +1996,7 @@ local FUNCTIONS = {
     { name = 'lock_wait', fast = fast_wait, full = lock_wait, flags = {} },
     -- As DEL and PEXPIRE: a full server must still free and keep its locks.
     { name = 'lock_release', fast = function(keys, args)
-        local reply = fast_release(keys, args)
+        local reply = fast_release(keys, args, 0)
         if reply == HAND_OFF then
             return fast_hand_off(keys[1])
         end
@@ -2002,7 +2017,7 @@ if redis.register_function then
             -- The fast path, then, where it declines, the full path.
             local fast, full = f.fast, f.full
             fn = function(keys, args)
-                local reply = fast(keys, args)
+                local reply = fast(keys, args, 0)
                 if reply ~= false then
                     return reply
                 end
@@ -2017,7 +2032,7 @@ else
     for _, f in ipairs(FUNCTIONS) do
         if f.name == name then
             local fn = f.full
-            if #f.flags == 0 and KEYS[1] then
+            if #f.flags == 0 and KEYS[1] and not script_refused then
                 fn = function(keys, args)
                     refuse_as_fcall(keys)
                     return f.full(keys, args)

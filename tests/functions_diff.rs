@@ -2,7 +2,8 @@
 //! without waiting), releases, extends, infos, DELs and expiries, run against the
 //! module and against the library on two servers at once. Both must give the same
 //! replies (tokens compared by their order per key), hold the same holders, and
-//! grant their waiters in the same order.
+//! grant their waiters in the same order. The library's calls alternate between
+//! FCALL and EVALSHA (whose fast paths are reached in stages, apart).
 //!
 //! `DIFF_SEED=n` runs one sequence; `DIFF_STEPS=n` sets its length.
 //!
@@ -48,6 +49,8 @@ struct Diff {
     library: Server,
     m: Connection,
     l: Connection,
+    /// The library loaded by SCRIPT LOAD too: every other call goes through it.
+    scripts: Backend,
     order: TokenOrder,
     /// Waiters not yet answered on both sides: (key, owner).
     pending: BTreeSet<(String, String)>,
@@ -96,7 +99,8 @@ fn view(info: Option<LockInfo>) -> Option<View> {
 impl Diff {
     fn new() -> Diff {
         let module = Server::start();
-        let (library, l) = library_server(Config::default());
+        let (library, mut l) = library_server(Config::default());
+        let scripts = Backend::scripts(&mut l);
         let m = module.connection();
         let (done_tx, done_rx) = mpsc::channel();
         Diff {
@@ -104,6 +108,7 @@ impl Diff {
             library,
             m,
             l,
+            scripts,
             order: TokenOrder::default(),
             pending: BTreeSet::new(),
             answers: BTreeMap::new(),
@@ -124,7 +129,12 @@ impl Diff {
         let what = format!("{function} {key} {args:?}");
         self.log.push(what.clone());
         let a = Backend::Module.call(&mut self.m, function, key, args);
-        let b = Backend::Functions.call(&mut self.l, function, key, args);
+        let library = if self.log.len() % 2 == 0 {
+            &Backend::Functions
+        } else {
+            &self.scripts
+        };
+        let b = library.call(&mut self.l, function, key, args);
         match (a, b) {
             (Ok(Value::Int(x)), Ok(Value::Int(y))) if function == "lock_acquire" => {
                 self.order.check(key, x, y, &what)
