@@ -247,20 +247,6 @@ if script_name == 'lock_extend' then
     end
 end
 
-local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
-local EXHAUSTED = 'ERR fencing tokens are exhausted on this server'
-
--- Errors are raised with `error` and turned into the reply by `entry` (an error
--- raised out of a function would get a "script: ..." suffix).
-local function fail(text)
-    error({ err = text })
-end
-
--- An integer as Redis reads it (no exponent, no fraction).
-local function int(n)
-    return string.format('%d', n)
-end
-
 -- What every side key of the lock at `key` starts with, before its suffix
 -- (`:lockq`, ...): each is in K's hash slot (Cluster) and starts with K (ACL key
 -- patterns such as `~jobs:*`): a key without braces gets itself as a hash tag
@@ -274,6 +260,83 @@ local function base_of(key)
         return key
     end
     return key .. '{' .. key .. '}'
+end
+
+-- lock_acquire for `owner ttl`: an exclusive holding of another owner lives while
+-- its key does (the common case under contention: one read, no clock); its holder
+-- refreshes it when nobody waits and its grant was collected (no flags); a key
+-- without an exclusive holding is granted by grant_free (below) when nobody
+-- waits. Through EVALSHA the third stage runs this before grant_free is defined
+-- (a busy acquire or a refresh needs no token): such a key is then FREE, for the
+-- fourth stage.
+local FREE = 'free'
+local grant_free
+local function fast_acquire(keys, args, o)
+    if #keys ~= 1 or #args ~= o + 2 then
+        return false
+    end
+    local owner, ttl = plain_pair(args[o + 1], args[o + 2])
+    -- The library's owners are never longer (it has no config to lower the
+    -- limit): the full path refuses a longer one.
+    if not owner or #owner > MAX_OWNER_LEN then
+        return false
+    end
+    local key = keys[1]
+    local x = redis.call('HGET', key, 'x')
+    if x then
+        local holds, flags, head = x_holder(x, owner)
+        if holds == false then
+            return nil
+        end
+        if holds and flags == '' then
+            expire_key(key, ttl)
+            return tonumber(string.sub(x, 3, head - 1))
+        end
+        return false
+    end
+    if not grant_free then
+        return FREE
+    end
+    return grant_free(key, base_of(key), owner, ttl)
+end
+
+-- A script may always make its first write, unless that write is one Redis
+-- refuses under OOM (after any write it refuses none). A call that would not run
+-- under OOM as a function (no `allow-oom`) starts with such a write that changes
+-- nothing, LPUSHX of a list never made: under OOM it is refused before anything is
+-- written (a grant pushed is not collected, as FCALL refuses lock_wait), and on a
+-- replica answered READONLY, as FCALL is there.
+local function refuse_as_fcall(keys)
+    redis.call('LPUSHX', base_of(keys[1]) .. ':lockoom', '')
+end
+
+-- The scripts path's third stage. `script_refused`: the call passed
+-- refuse_as_fcall already (the full path need not ask again); `script_free`: the
+-- key has no exclusive holding, for the fourth stage.
+local script_refused, script_free = false, false
+if script_name == 'lock_acquire' and KEYS[1] then
+    script_refused = pcall(refuse_as_fcall, KEYS)
+    if script_refused then
+        local ok, reply = pcall(fast_acquire, KEYS, ARGV, 1)
+        script_free = ok and reply == FREE
+        if reply ~= false and not script_free and (ok or type(reply) == 'table') then
+            return reply
+        end
+    end
+end
+
+local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
+local EXHAUSTED = 'ERR fencing tokens are exhausted on this server'
+
+-- Errors are raised with `error` and turned into the reply by `entry` (an error
+-- raised out of a function would get a "script: ..." suffix).
+local function fail(text)
+    error({ err = text })
+end
+
+-- An integer as Redis reads it (no exponent, no fraction).
+local function int(n)
+    return string.format('%d', n)
 end
 
 -- contract.md "Fencing tokens": `count` tokens for this key, each greater than every
@@ -331,7 +394,7 @@ end
 
 -- A free key nobody waits for, granted to `owner` exclusively at once (its token
 -- minted); false when K, the queue or a shared holdings' index is there.
-local function grant_free(key, base, owner, ttl)
+grant_free = function(key, base, owner, ttl)
     if redis.call('EXISTS', key, base .. ':lockq', base .. ':lockh') ~= 0 then
         return false
     end
@@ -342,56 +405,12 @@ local function grant_free(key, base, owner, ttl)
     return token
 end
 
--- lock_acquire for `owner ttl`: an exclusive holding of another owner lives while
--- its key does (the common case under contention: one read, no clock); its holder
--- refreshes it when nobody waits and its grant was collected (no flags); a free
--- key nobody waits for is granted at once (its token minted).
-local function fast_acquire(keys, args, o)
-    if #keys ~= 1 or #args ~= o + 2 then
-        return false
-    end
-    local owner, ttl = plain_pair(args[o + 1], args[o + 2])
-    -- The library's owners are never longer (it has no config to lower the
-    -- limit): the full path refuses a longer one.
-    if not owner or #owner > MAX_OWNER_LEN then
-        return false
-    end
-    local key = keys[1]
-    local x = redis.call('HGET', key, 'x')
-    if x then
-        local holds, flags, head = x_holder(x, owner)
-        if holds == false then
-            return nil
-        end
-        if holds and flags == '' then
-            expire_key(key, ttl)
-            return tonumber(string.sub(x, 3, head - 1))
-        end
-        return false
-    end
-    return grant_free(key, base_of(key), owner, ttl)
-end
-
--- A script may always make its first write, unless that write is one Redis
--- refuses under OOM (after any write it refuses none). A call that would not run
--- under OOM as a function (no `allow-oom`) starts with such a write that changes
--- nothing, LPUSHX of a list never made: under OOM it is refused before anything is
--- written (a grant pushed is not collected, as FCALL refuses lock_wait), and on a
--- replica answered READONLY, as FCALL is there.
-local function refuse_as_fcall(keys)
-    redis.call('LPUSHX', base_of(keys[1]) .. ':lockoom', '')
-end
-
--- The scripts path's third stage. `script_refused`: the call passed
--- refuse_as_fcall already (the full path need not ask again).
-local script_refused = false
-if script_name == 'lock_acquire' and KEYS[1] then
-    script_refused = pcall(refuse_as_fcall, KEYS)
-    if script_refused then
-        local ok, reply = pcall(fast_acquire, KEYS, ARGV, 1)
-        if reply ~= false and (ok or type(reply) == 'table') then
-            return reply
-        end
+-- The scripts path's fourth stage: a free key's grant.
+if script_free then
+    local key = KEYS[1]
+    local ok, reply = pcall(grant_free, key, base_of(key), ARGV[2], ARGV[3])
+    if reply ~= false and (ok or type(reply) == 'table') then
+        return reply
     end
 end
 
@@ -663,7 +682,7 @@ local function fast_wait(keys, args)
     return { 0, wake_fast(key, now, lease, nil, nil, nil, tonumber(ahead)), list }
 end
 
--- The scripts path's fourth stage: lock_wait's fast paths, and the hand-off of a
+-- The scripts path's fifth stage: lock_wait's fast paths, and the hand-off of a
 -- release that the first stage left to them. From here on a call's arguments are
 -- `script_args`, as FCALL would pass them.
 local script_args
