@@ -129,7 +129,7 @@ impl Diff {
         let what = format!("{function} {key} {args:?}");
         self.log.push(what.clone());
         let a = Backend::Module.call(&mut self.m, function, key, args);
-        let library = if self.log.len() % 2 == 0 {
+        let library = if self.log.len().is_multiple_of(2) {
             &Backend::Functions
         } else {
             &self.scripts
