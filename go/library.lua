@@ -110,6 +110,28 @@ if not redis.register_function then
     script_name = ARGV[1]
 end
 
+-- The reply for an error raised in a call (by `entry`, and by the scripts path's
+-- stages, which call a fast path under pcall). Our `fail` raises a table. A
+-- redis.call that fails raises a table on Redis 7 (text once pcall catches it),
+-- text on Redis 6.2, which may also put the script's position before the server's
+-- error and keep its wire form: "@user_script: 354: -OOM command not allowed
+-- ...\r\n". Either way an error that starts with an error code (ours, or the
+-- server's: OOM, READONLY, NOPERM ...) is the reply, with that code; anything else
+-- is a bug, raised as it is.
+local function error_reply(result)
+    if type(result) == 'table' and result.err then
+        result = result.err
+    end
+    if type(result) == 'string' then
+        local text = string.gsub(result, '^@[%w_]+: ?%d+: ', '')
+        text = string.gsub(string.gsub(text, '^%-', ''), '[\r\n]+$', '')
+        if string.find(text, '^[A-Z]+ ') then
+            return redis.error_reply(text)
+        end
+    end
+    error(result, 0)
+end
+
 -- `x` as the fast paths read it for `owner`, without split_x's pattern where the
 -- answer is a miss (they run on every call under contention, and each string
 -- function a call makes costs about as much as a small Redis command): false when
@@ -163,14 +185,15 @@ local function fast_release(keys, args, o)
     return false
 end
 
--- The scripts path's first stage. A fast path's error is the reply when it is a
--- table (a `fail`, or a Redis error on Redis 7, as FCALL would reply it); Redis
--- 6.2 raises its errors as text, with the script's position: that call goes on
--- to the full path, which raises it again as `entry` replies it.
+-- The scripts path's first stage. A fast path's error is the call's reply, as
+-- `entry` gives it through FCALL.
 if script_name == 'lock_release' then
     local ok, reply = pcall(fast_release, KEYS, ARGV, 1)
-    script_hand_off = ok and reply == HAND_OFF
-    if reply ~= false and not script_hand_off and (ok or type(reply) == 'table') then
+    if not ok then
+        return error_reply(reply)
+    end
+    script_hand_off = reply == HAND_OFF
+    if reply ~= false and not script_hand_off then
         return reply
     end
 end
@@ -242,7 +265,9 @@ end
 -- The scripts path's second stage.
 if script_name == 'lock_extend' then
     local ok, reply = pcall(fast_extend, KEYS, ARGV, 1)
-    if reply ~= false and (ok or type(reply) == 'table') then
+    if not ok then
+        return error_reply(reply)
+    elseif reply ~= false then
         return reply
     end
 end
@@ -315,13 +340,18 @@ end
 -- key has no exclusive holding, for the fourth stage.
 local script_refused, script_free = false, false
 if script_name == 'lock_acquire' and KEYS[1] then
-    script_refused = pcall(refuse_as_fcall, KEYS)
-    if script_refused then
-        local ok, reply = pcall(fast_acquire, KEYS, ARGV, 1)
-        script_free = ok and reply == FREE
-        if reply ~= false and not script_free and (ok or type(reply) == 'table') then
-            return reply
-        end
+    local refused, err = pcall(refuse_as_fcall, KEYS)
+    if not refused then
+        return error_reply(err)
+    end
+    script_refused = true
+    local ok, reply = pcall(fast_acquire, KEYS, ARGV, 1)
+    if not ok then
+        return error_reply(reply)
+    end
+    script_free = reply == FREE
+    if reply ~= false and not script_free then
+        return reply
     end
 end
 
@@ -409,7 +439,9 @@ end
 if script_free then
     local key = KEYS[1]
     local ok, reply = pcall(grant_free, key, base_of(key), ARGV[2], ARGV[3])
-    if reply ~= false and (ok or type(reply) == 'table') then
+    if not ok then
+        return error_reply(reply)
+    elseif reply ~= false then
         return reply
     end
 end
@@ -422,23 +454,7 @@ local function entry(handler)
         if ok then
             return result
         end
-        -- Our `fail` raises a table. A redis.call that fails raises a table on
-        -- Redis 7, but text on Redis 6.2, which also puts the script's position
-        -- before the server's error and keeps its wire form: "@user_script: 354:
-        -- -OOM command not allowed ...\r\n". Either way an error that starts with
-        -- an error code (ours, or the server's: OOM, READONLY, ...) is the reply, with
-        -- that code; anything else is a bug, raised as it is.
-        if type(result) == 'table' and result.err then
-            result = result.err
-        end
-        if type(result) == 'string' then
-            local text = string.gsub(result, '^@[%w_]+: ?%d+: ', '')
-            text = string.gsub(string.gsub(text, '^%-', ''), '[\r\n]+$', '')
-            if string.find(text, '^[A-Z]+ ') then
-                return redis.error_reply(text)
-            end
-        end
-        error(result, 0)
+        return error_reply(result)
     end
 end
 
@@ -608,9 +624,12 @@ local function fast_wait(keys, args)
         if pttl < 0 or tonumber(ttl) < pttl then
             return false
         end
-        redis.call('PEXPIRE', key, ttl)
+        -- The expiry after the write (gone_at_once, below: an expiry of 1 ms may
+        -- delete K at once; written after that, K would stay without one). No
+        -- OOM order to keep here: lock_wait is refused under OOM before it runs.
         redis.call('HSET', key, 'x', FORMAT_TEXT .. ' ' .. token
             .. (string.find(flags, 'q', 1, true) and 'q ' or ' ') .. owner)
+        redis.call('PEXPIRE', key, ttl)
         redis.call('DEL', list)
         return { tonumber(token), 0, list }
     elseif holds == nil then
@@ -1487,6 +1506,21 @@ local function expire_in(st, ttl)
     return at
 end
 
+-- Whether K went when given the expiry just set: Redis 6.2 and 7.0 compare it with
+-- their clock as it is then, which may be past it already (the call's clock is
+-- whole milliseconds, read before; a relative one on 7.0 adds to one reading of
+-- the clock and compares with the next), and then delete the key at once: with a
+-- TTL of 1 ms, a few times in a thousand under load. The holdings then lapsed at
+-- once: written again, K would stay without an expiry, held until a DEL. (Redis
+-- 7.2 reads one clock for the whole call.)
+local function gone_at_once(st)
+    if redis.call('EXISTS', st.key) == 0 then
+        st.kind, st.x = nil, nil
+        return true
+    end
+    return false
+end
+
 -- Writes `h`, a holding of `st` whose expiry or grant mark changed.
 local function store_holding(st, h, ttl)
     if h.exclusive then
@@ -1497,6 +1531,9 @@ local function store_holding(st, h, ttl)
             local at = expire_in(st, ttl)
             h.expires = at or math.min(st.now + tonumber(ttl), EXACT)
             h.persistent = nil
+            if gone_at_once(st) then
+                return
+            end
         end
         if h.rewrite then
             redis.call('HSET', st.key, 'x', x_value(h))
@@ -1515,8 +1552,15 @@ local function store_holding(st, h, ttl)
             end
         end
         redis.call('PEXPIREAT', st.key, int(last))
-        redis.call('PEXPIREAT', st.hkey, int(last))
+        if gone_at_once(st) then
+            redis.call('DEL', st.hkey)
+            return
+        end
+        -- The index's expiry after its write: set before it, it could go at once
+        -- where K's did not (that clock runs on), and the ZADD make it again
+        -- without one.
         redis.call('ZADD', st.hkey, int(h.expires), h.owner)
+        redis.call('PEXPIREAT', st.hkey, int(last))
     end
     redis.call('HSET', st.key, 'h:' .. h.owner, h_value(h))
 end

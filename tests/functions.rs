@@ -673,3 +673,67 @@ fn a_mark_at_the_last_token_refuses_the_grant_and_is_kept() {
         assert_eq!(lock, 0, "{lib:?}");
     }
 }
+
+/// A user whose ACL lacks one command a call runs (a deployment's mistake: the
+/// docs list what the library needs) gets the same error through FCALL and through
+/// EVALSHA, whose fast paths run apart, and what FCALL leaves unchanged EVALSHA
+/// does too: the scripts path replies the fast path's error itself, where going on
+/// to the full path (which reads the lock without HGET) would answer, and release
+/// the lock.
+#[test]
+fn a_command_the_acl_refuses_is_refused_alike_through_fcall_and_evalsha() {
+    let (server, mut admin) = library_server(Config::default());
+    let scripts = Backend::scripts(&mut admin);
+    // (Not LPUSHX: only the scripts path runs it, as docs/PROTOCOL.md says.)
+    for missing in ["hget", "exists", "pexpire", "del", "time"] {
+        let _: () = query(&mut admin, &["FLUSHALL"]).unwrap();
+        assert!(Backend::Functions
+            .acquire(&mut admin, "held", "owner-1", 60_000, &[])
+            .unwrap()
+            .is_some());
+        let _: () = query(
+            &mut admin,
+            &[
+                "ACL",
+                "SETUSER",
+                "w",
+                "reset",
+                "on",
+                "nopass",
+                "~*",
+                "+@all",
+                &format!("-{missing}"),
+            ],
+        )
+        .unwrap();
+        let mut con = server.connection();
+        let _: () = query(&mut con, &["AUTH", "w", "x"]).unwrap();
+        let calls: [(&str, &str, &[&str]); 5] = [
+            ("lock_acquire", "free", &["owner-2", "60000"]),
+            ("lock_acquire", "held", &["owner-2", "60000"]),
+            ("lock_acquire", "held", &["owner-1", "60000"]),
+            ("lock_extend", "held", &["owner-1", "60000"]),
+            ("lock_release", "held", &["owner-1"]),
+        ];
+        for (function, key, args) in calls {
+            let shown = format!("-{missing}: {function} {key} {args:?}");
+            let before = digest(&mut admin);
+            let fcall = Backend::Functions.call(&mut con, function, key, args);
+            let changed = digest(&mut admin) != before;
+            // Undo what FCALL did, if anything: both calls start from the same data.
+            let _: () = query(&mut admin, &["FLUSHALL"]).unwrap();
+            assert!(Backend::Functions
+                .acquire(&mut admin, "held", "owner-1", 60_000, &[])
+                .unwrap()
+                .is_some());
+            let before = digest(&mut admin);
+            let evalsha = scripts.call(&mut con, function, key, args);
+            assert_eq!(error_text(&evalsha), error_text(&fcall), "{shown}");
+            // (A call refused after its first write, as a free key's acquire
+            // without PEXPIRE, leaves that write on both paths alike.)
+            if fcall.is_err() && !changed {
+                assert_eq!(digest(&mut admin), before, "{shown}: EVALSHA changed it");
+            }
+        }
+    }
+}

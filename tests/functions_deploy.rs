@@ -269,12 +269,9 @@ fn an_acl_key_pattern_covers_the_side_keys() {
     );
 }
 
-#[test]
-fn the_scripts_path_keeps_the_same_contract() {
-    // On the default server through EVALSHA, and on Redis 6.2 (no FUNCTION) when a
-    // build of it is there.
-    scripts_contract(None);
-    let redis_62 = std::fs::read_dir("/opt/servers/bin")
+/// A build of Redis 6.2 in /opt/servers/bin (no FUNCTION there), if any.
+fn redis_62() -> Option<String> {
+    std::fs::read_dir("/opt/servers/bin")
         .into_iter()
         .flatten()
         .flatten()
@@ -282,9 +279,18 @@ fn the_scripts_path_keeps_the_same_contract() {
         .find(|path| {
             path.file_name()
                 .is_some_and(|n| n.to_string_lossy().starts_with("redis-6.2"))
-        });
+        })
+        .map(|path| path.display().to_string())
+}
+
+#[test]
+fn the_scripts_path_keeps_the_same_contract() {
+    // On the default server through EVALSHA, and on Redis 6.2 (no FUNCTION) when a
+    // build of it is there.
+    scripts_contract(None);
+    let redis_62 = redis_62();
     match redis_62 {
-        Some(binary) => scripts_contract(Some(binary.display().to_string())),
+        Some(binary) => scripts_contract(Some(binary)),
         None => eprintln!("no Redis 6.2 build in /opt/servers/bin: the scripts path ran on the default server only"),
     }
 }
@@ -399,4 +405,71 @@ fn scripts_contract(binary: Option<String>) {
         .acquire(&mut replica_con, "k3", "a", 60_000, &[])
         .unwrap_err();
     assert_eq!(refused.code(), Some("READONLY"), "{refused:?}");
+}
+
+/// Every key that has no expiry (PTTL -1).
+fn keys_without_expiry(con: &mut Connection) -> Vec<String> {
+    let keys: Vec<String> = query(con, &["KEYS", "*"]).unwrap();
+    keys.into_iter()
+        .filter(|key| query::<i64>(con, &["PTTL", key]).unwrap() == -1)
+        .collect()
+}
+
+/// A holding of 1 ms, written where the library sets an absolute expiry (Redis
+/// 6.2, where a relative one would replicate as it is; shared holdings on every
+/// server): the expiry is read against the server's clock when set, which may
+/// already be past it (the library's clock is whole milliseconds, read before), and
+/// Redis then deletes the key at once. Nothing the call writes after it may make the
+/// key again without an expiry: that lock would be held until a DEL. Through FCALL
+/// and EVALSHA on the default server, and through EVALSHA on Redis 6.2 when a build
+/// of it is there; 200 rounds each of a grant collected with a 1 ms TTL and of a
+/// shared holding extended to 1 ms.
+#[test]
+fn a_holding_of_one_ms_never_stays_without_an_expiry() {
+    let check = |server: &Server, backend: &Backend| {
+        let mut con = server.connection();
+        for round in 0..200 {
+            let _: () = query(&mut con, &["FLUSHALL"]).unwrap();
+            assert!(backend
+                .acquire(&mut con, "k", "xab", 100_000, &[])
+                .unwrap()
+                .is_some());
+            for owner in ["a", "b"] {
+                backend
+                    .call(&mut con, "lock_wait", "k", &[owner, "100000"])
+                    .unwrap();
+            }
+            assert_eq!(backend.release(&mut con, "k", "xab"), 1);
+            // `a`'s grant, collected with a TTL of 1 ms.
+            backend
+                .call(&mut con, "lock_wait", "k", &["a", "1"])
+                .unwrap();
+            assert_eq!(
+                keys_without_expiry(&mut con),
+                Vec::<String>::new(),
+                "{backend:?} round {round}"
+            );
+            // A shared holding extended to 1 ms.
+            let _: () = query(&mut con, &["FLUSHALL"]).unwrap();
+            backend
+                .acquire(&mut con, "s", "r", 100_000, &["SHARED"])
+                .unwrap();
+            backend.extend(&mut con, "s", "r", 1);
+            assert_eq!(
+                keys_without_expiry(&mut con),
+                Vec::<String>::new(),
+                "{backend:?} shared, round {round}"
+            );
+        }
+    };
+    let (server, mut con) = library_server(Config::default());
+    let scripts = Backend::scripts(&mut con);
+    check(&server, &LIB);
+    check(&server, &scripts);
+    let redis_62 = redis_62();
+    if let Some(binary) = redis_62 {
+        let server = Server::with(Config::default().without_module().binary(binary));
+        let scripts = Backend::scripts(&mut server.connection());
+        check(&server, &scripts);
+    }
 }
