@@ -198,6 +198,25 @@ impl Actor {
         let _ = self.child.wait();
     }
 
+    /// `signal` (`-STOP`, `-CONT`) to the adapter's process group: a holder paused
+    /// (a GC pause, a swap storm) and continued.
+    pub fn signal(&self, signal: &str) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill")
+            .args([signal, "--", &group])
+            .stderr(Stdio::null())
+            .status();
+    }
+
+    /// True while the adapter process is stopped (SIGSTOP): its state in
+    /// `/proc/<pid>/stat`, the field after the command's closing parenthesis.
+    pub fn stopped(&self) -> bool {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+        state.is_some_and(|rest| rest.starts_with('T') || rest.starts_with('t'))
+    }
+
     /// True once the adapter process has exited (been reaped).
     pub fn exited(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(Some(_)))

@@ -111,12 +111,13 @@ impl Backend {
     }
 }
 
-/// The Redis 6.2 binary of the scripts backend, if there is one.
+/// The Redis 6.2 binary of the scripts backend, if there is one: `REDIS62_SERVER`,
+/// else target/redis-6.2/redis-server, which `make deps` builds.
 pub fn redis62() -> Option<String> {
     let binary = std::env::var("REDIS62_SERVER")
         .ok()
         .filter(|b| !b.is_empty())
-        .unwrap_or_else(|| "/opt/servers/bin/redis-6.2.16".into());
+        .unwrap_or_else(|| redis_lock_testkit::redis62_default().display().to_string());
     std::path::Path::new(&binary).exists().then_some(binary)
 }
 
@@ -124,7 +125,8 @@ pub fn redis62() -> Option<String> {
 pub fn unavailable(backend: Backend) -> Option<String> {
     match backend {
         Backend::Scripts if redis62().is_none() => Some(
-            "no Redis 6.2 (set REDIS62_SERVER or install /opt/servers/bin/redis-6.2.16)".into(),
+            "no Redis 6.2 (make deps builds target/redis-6.2/redis-server; or set REDIS62_SERVER)"
+                .into(),
         ),
         Backend::Cluster if which("redis-cli").is_none() => {
             Some("no redis-cli to create the Cluster".into())
@@ -261,20 +263,46 @@ impl Env {
         &mut self,
         fault: &str,
         key: Option<&str>,
+        ms: Option<u64>,
         versions: Versions,
     ) -> Result<(), String> {
         let run_id = match fault {
             "restart" | "start_server" => self.run_id(),
             _ => None,
         };
-        self.inject(fault, key, versions)?;
+        if fault == "release_reversed" {
+            // Acted when something was held back: a hold that caught nothing proves
+            // nothing of the order.
+            let gap = Duration::from_millis(ms.unwrap_or(100));
+            // Acted when two connections or more had commands held back: a hold
+            // that caught one connection's (or none) changes no order.
+            return match self.proxy()?.release_reversed(gap) {
+                n @ 0..=1 => Err(format!(
+                    "the fault release_reversed did not act: {n} connection(s) had commands held back"
+                )),
+                _ => Ok(()),
+            };
+        }
+        self.inject(fault, key, ms, versions)?;
         self.acted(fault, key, versions, run_id)
             .map_err(|why| format!("the fault {fault} did not act: {why}"))
     }
 
-    fn inject(&mut self, fault: &str, key: Option<&str>, versions: Versions) -> Result<(), String> {
+    fn inject(
+        &mut self,
+        fault: &str,
+        key: Option<&str>,
+        ms: Option<u64>,
+        versions: Versions,
+    ) -> Result<(), String> {
         match fault {
             "black_hole" => self.proxy()?.black_hole(),
+            "drop_replies" => self.proxy()?.drop_replies(),
+            "hold" => self.proxy()?.hold(),
+            "delay" => {
+                let ms = ms.ok_or("fault delay needs ms")?;
+                self.proxy()?.delay(Duration::from_millis(ms));
+            }
             "heal" => self.proxy()?.heal(),
             "pause" => self.server()?.pause(),
             "resume" => self.server()?.resume(),

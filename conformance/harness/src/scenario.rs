@@ -123,7 +123,7 @@ fn validate_steps(steps: &[Value]) -> Result<(), String> {
             .ok_or_else(|| format!("a step without op: {step}"))?;
         let needs: &[&str] = match op {
             "open" | "acquire" | "release" | "extend" | "token" | "await_lost" | "cancel"
-            | "info" | "close" => &["actor"],
+            | "info" | "check" | "close" => &["actor"],
             "await" => &["request"],
             "await_event" | "no_event" => &["actor", "lock"],
             "sleep" => &["ms"],
@@ -350,7 +350,7 @@ impl<'a> Run<'a> {
         let op = text(&step, "op")?;
         match op.as_str() {
             "open" | "acquire" | "release" | "extend" | "token" | "await_lost" | "cancel"
-            | "info" | "close" => self.request(&op, &step),
+            | "info" | "check" | "close" => self.request(&op, &step),
             "await" => {
                 let name = text(&step, "request")?;
                 let reply = self.await_reply(&name, limit(&step, REPLY_LIMIT))?;
@@ -583,6 +583,26 @@ impl<'a> Run<'a> {
 
     fn fault(&mut self, step: &Step) -> Result<(), String> {
         let fault = text(step, "fault")?;
+        if fault == "pause_actor" || fault == "resume_actor" {
+            let name = text(step, "actor")?;
+            let actor = self.actor(&name)?;
+            let at = Instant::now();
+            let pausing = fault == "pause_actor";
+            actor.signal(if pausing { "-STOP" } else { "-CONT" });
+            // Acted: the process is stopped (state T), or runs again.
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while actor.stopped() != pausing {
+                if Instant::now() >= deadline {
+                    return Err(format!("the fault {fault} did not act on {name}"));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            self.note(format!("fault: {fault} {name}"));
+            if let Some(mark) = step.get("name").and_then(Value::as_str) {
+                self.marks.insert(mark.to_string(), at);
+            }
+            return Ok(());
+        }
         if fault == "kill_actor" {
             let name = text(step, "actor")?;
             let actor = self
@@ -609,7 +629,8 @@ impl<'a> Run<'a> {
         // The mark is the moment before the fault: anything stamped before it came
         // before the fault could have any effect.
         let at = Instant::now();
-        self.env.fault(&fault, key.as_deref(), versions)?;
+        let ms = step.get("ms").and_then(Value::as_u64);
+        self.env.fault(&fault, key.as_deref(), ms, versions)?;
         self.note(format!("fault: {fault}"));
         if let Some(name) = step.get("name").and_then(Value::as_str) {
             self.marks.insert(name.to_string(), at);
@@ -693,6 +714,29 @@ impl<'a> Run<'a> {
                         return Err(format!("still held by {request}'s owner {owner}: {info:?}"));
                     }
                 }
+                "free_unless_granted" => {
+                    // A request that may have been granted or not (a cancel that
+                    // crossed a grant): granted, its owner holds the lock; not
+                    // granted, nobody does.
+                    let request = want.as_str().ok_or("free_unless_granted names a request")?;
+                    let granted =
+                        self.reply_ok(request)?.get("acquired") == Some(&Value::Bool(true));
+                    if granted {
+                        let owner = self.reply_field(request, "owner")?;
+                        let holds = info
+                            .as_ref()
+                            .is_some_and(|i| i.holders.iter().any(|(o, _)| *o == owner));
+                        if !holds {
+                            return Err(format!(
+                                "{request} was granted, but its owner {owner} does not hold it: {info:?}"
+                            ));
+                        }
+                    } else if info.is_some() {
+                        return Err(format!(
+                            "{request} was not granted, and the lock is not free: {info:?}"
+                        ));
+                    }
+                }
                 "no_leftovers" => {
                     let left = self.env.leftovers(key)?;
                     if want.as_bool() == Some(true) && !left.is_empty() {
@@ -703,6 +747,19 @@ impl<'a> Run<'a> {
             }
         }
         Ok(())
+    }
+
+    /// A request's `ok` reply (`null` for an error reply).
+    fn reply_ok(&self, request: &str) -> Result<Value, String> {
+        let sent = self
+            .requests
+            .get(request)
+            .ok_or_else(|| format!("no request {request:?}"))?;
+        let reply = self
+            .actor(&sent.actor)?
+            .reply_now(sent.id)
+            .ok_or_else(|| format!("{request} has no reply yet"))?;
+        Ok(reply.value.get("ok").cloned().unwrap_or(Value::Null))
     }
 
     /// A field of a request's `ok` reply, as text.
