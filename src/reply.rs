@@ -9,6 +9,7 @@ use redis_lock_core::holdings::Kind;
 use redis_lock_core::store::{Failure, StoreError};
 use redis_lock_core::{LockError, Mode};
 
+use crate::ffi::inner::Called;
 use crate::ffi::Ctx;
 
 /// What a command answers.
@@ -23,6 +24,8 @@ pub enum Reply {
     Info(Box<LockInfo>),
     /// The client is blocked; its reply comes when it is woken.
     Blocked,
+    /// What a command run inside this one replied (`LOCK.GUARD`), sent as it is.
+    Called(Called),
 }
 
 /// The fields of LOCK.INFO.
@@ -77,6 +80,11 @@ impl Reply {
             Reply::WrongArity => ctx.reply_wrong_arity(),
             Reply::Blocked => {}
             Reply::Info(info) => info.send(ctx),
+            Reply::Called(called) => {
+                if !ctx.reply_called(called) {
+                    ctx.reply_error("ERR the guarded command's reply could not be sent");
+                }
+            }
         }
     }
 }

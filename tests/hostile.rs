@@ -15,7 +15,9 @@ use rand::{Rng, SeedableRng};
 use redis::Value;
 
 /// The lock commands, and key commands a lock meets in the keyspace.
-const COMMANDS: [&str; 17] = [
+const COMMANDS: [&str; 19] = [
+    "LOCK.GUARD",
+    "lock.guard",
     "LOCK.ACQUIRE",
     "lock.acquire",
     "LOCK.ACQUIRE",
@@ -87,14 +89,40 @@ fn random_call(rng: &mut StdRng) -> Vec<Vec<u8>> {
         _ => rng.gen_range(1..6),
     };
     // Redis's own commands echo some bad arguments in their errors, which the client
-    // cannot parse when they are not UTF-8: those get keys and numbers only.
-    let ours = call[0].to_ascii_uppercase().starts_with(b"LOCK.");
+    // cannot parse when they are not UTF-8: those get keys and numbers only (and so
+    // does LOCK.GUARD, whose inner command is Redis's).
+    let upper = call[0].to_ascii_uppercase();
+    let guarded = upper == b"LOCK.GUARD";
+    let ours = upper.starts_with(b"LOCK.") && !guarded;
     for _ in 0..arity {
         let mut arg = argument(rng);
         while !ours && std::str::from_utf8(&arg).is_err() {
             arg = argument(rng);
         }
         call.push(arg);
+    }
+    // A guarded call runs a command that exists, mostly: the ones a holder writes
+    // with, its own lock's commands, and those a script may not run.
+    if guarded && call.len() > 3 && rng.gen_range(0..4) > 0 {
+        const INNER: [&str; 16] = [
+            "SET",
+            "GET",
+            "DEL",
+            "INCR",
+            "HSET",
+            "RENAME",
+            "LOCK.ACQUIRE",
+            "LOCK.RELEASE",
+            "BLPOP",
+            "MULTI",
+            "EVAL",
+            "SHUTDOWN",
+            "DEBUG",
+            "PEXPIRE",
+            "COPY",
+            "FLUSHDB",
+        ];
+        call[3] = INNER[rng.gen_range(0..INNER.len())].into();
     }
     for i in 1..call.len() {
         if call[i].eq_ignore_ascii_case(b"WAIT") {

@@ -155,7 +155,7 @@ pub fn parse_i64(arg: &[u8]) -> Option<i64> {
     Some(n)
 }
 
-fn parse_positive(arg: &[u8]) -> Option<i64> {
+pub(crate) fn parse_positive(arg: &[u8]) -> Option<i64> {
     parse_i64(arg).filter(|&n| n > 0)
 }
 

@@ -9,6 +9,7 @@
 
 pub mod args;
 pub mod cluster;
+pub mod guard;
 pub mod handoff;
 pub mod hashing;
 pub mod holdings;

@@ -49,6 +49,7 @@ pub const SPEC: Spec = Spec {
         },
     ],
     history: &[],
+    runs_command_at: None,
 };
 
 pub fn acquire(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {

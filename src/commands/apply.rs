@@ -66,6 +66,7 @@ pub const SPEC: Spec = Spec {
         },
     ],
     history: &[],
+    runs_command_at: None,
 };
 
 /// What a client that calls LOCK.APPLY gets.

@@ -26,6 +26,7 @@ pub const SPEC: Spec = Spec {
         Param::new(c"ttl", ParamKind::Integer),
     ],
     history: &[],
+    runs_command_at: None,
 };
 
 pub fn extend(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {

@@ -17,6 +17,7 @@ pub const SPEC: Spec = Spec {
     complexity: c"O(n) for n holdings of the key (the first 10 waiters: O(1))",
     params: &[Param::new(c"key", ParamKind::Key)],
     history: &[],
+    runs_command_at: None,
 };
 
 pub fn info(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {

@@ -36,6 +36,7 @@ pub const SPEC: Spec = Spec {
         },
     ],
     history: &[],
+    runs_command_at: None,
 };
 
 /// What a client that calls LOCK.LAPSE gets.

@@ -7,6 +7,7 @@ pub mod acquire;
 pub mod apply;
 mod common;
 pub mod extend;
+pub mod guard;
 pub mod info;
 pub mod lapse;
 pub mod release;
@@ -17,7 +18,7 @@ use crate::reply::Reply;
 use common::Handler;
 
 /// How many commands the module has.
-const COMMAND_COUNT: usize = 6;
+const COMMAND_COUNT: usize = 7;
 
 /// Every command of the module, registered in this order ...
 const SPECS: [Spec; COMMAND_COUNT] = [
@@ -27,6 +28,7 @@ const SPECS: [Spec; COMMAND_COUNT] = [
     info::SPEC,
     apply::SPEC,
     lapse::SPEC,
+    guard::SPEC,
 ];
 
 /// ... and their handlers, in the same order.
@@ -37,6 +39,7 @@ const HANDLERS: [Handler; COMMAND_COUNT] = [
     info::info,
     apply::apply,
     lapse::lapse,
+    guard::guard,
 ];
 
 /// The module's commands, as `ffi::command` registers and runs them.

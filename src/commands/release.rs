@@ -29,6 +29,7 @@ pub const SPEC: Spec = Spec {
         Param::new(c"owner", ParamKind::String),
     ],
     history: &[],
+    runs_command_at: None,
 };
 
 pub fn release(ctx: Ctx, args: &Argv) -> Result<Reply, Reply> {

@@ -41,6 +41,10 @@ pub struct Spec {
     pub params: &'static [Param],
     /// `(version, what changed)`, oldest first.
     pub history: &'static [(&'static CStr, &'static CStr)],
+    /// Where a command this one runs starts (`LOCK.GUARD`'s inner command), whose
+    /// keys are this command's keys too: declared by a second key spec, and found
+    /// per call by Redis's own lookup (the flags must include `getkeys-api`).
+    pub runs_command_at: Option<usize>,
 }
 
 /// One argument of a command, as `COMMAND DOCS` shows it.
@@ -164,12 +168,39 @@ extern "C" fn command<C: Commands, const I: usize>(
     let ctx = unsafe { Ctx::from_raw(ctx) };
     // SAFETY: Redis passes `argc` valid argument strings that live for the call.
     let args = unsafe { Argv::new(argv, argc) };
+    if let Some(from) = C::SPECS.get(I).and_then(|spec| spec.runs_command_at) {
+        if call!(RedisModule_IsKeysPositionRequest(ctx.raw()) else 0) != 0 {
+            let declared = catch_unwind(AssertUnwindSafe(|| declare_keys(ctx, &args, from)));
+            return if declared.is_ok() { OK } else { ERR };
+        }
+    }
     let reply =
         catch_unwind(AssertUnwindSafe(|| C::run(I, ctx, &args))).unwrap_or_else(|_| C::panicked());
     if catch_unwind(AssertUnwindSafe(|| C::send(ctx, reply))).is_err() {
         ctx.reply_error("ERR internal error while replying");
     }
     OK
+}
+
+/// Answers Redis's question for the keys of a call (`getkeys-api`): the command's
+/// own key at argv[1], then the keys of the command it runs from `from` on, with
+/// the flags Redis gives them (`COMMAND GETKEYS`, Cluster routing and ACL key
+/// patterns then see what the inner command sent alone would show).
+fn declare_keys(ctx: Ctx, args: &Argv, from: usize) {
+    let at = |position: usize, flags: i32| {
+        if let Ok(position) = c_int::try_from(position) {
+            call!(RedisModule_KeyAtPosWithFlags(ctx.raw(), position, flags) else ());
+        }
+    };
+    if args.len() > 1 {
+        let read = (raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as i32;
+        at(1, read);
+    }
+    for (position, flags) in ctx.command_keys(args, from).positions {
+        if let Some(position) = position.checked_add(from) {
+            at(position, flags);
+        }
+    }
 }
 
 fn entry_points<C: Commands>() -> [raw::RedisModuleCmdFunc; MAX_COMMANDS] {
@@ -216,6 +247,26 @@ fn key_spec(access: KeyAccess) -> raw::RedisModuleCommandKeySpec {
     spec
 }
 
+/// The keys of a command run from argument `from` on: anywhere after its name, with
+/// flags that vary per call (so Redis asks the module's key callback, which asks
+/// Redis's own lookup for the inner command).
+fn inner_key_spec(from: usize) -> raw::RedisModuleCommandKeySpec {
+    // SAFETY: as in `key_spec`.
+    let mut spec: raw::RedisModuleCommandKeySpec = unsafe { std::mem::zeroed() };
+    spec.flags = (raw::REDISMODULE_CMD_KEY_RW
+        | raw::REDISMODULE_CMD_KEY_ACCESS
+        | raw::REDISMODULE_CMD_KEY_UPDATE
+        | raw::REDISMODULE_CMD_KEY_INCOMPLETE
+        | raw::REDISMODULE_CMD_KEY_VARIABLE_FLAGS) as u64;
+    spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+    spec.bs.index.pos = c_int::try_from(from + 1).unwrap_or(c_int::MAX);
+    spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+    spec.fk.range.lastkey = -1;
+    spec.fk.range.keystep = 1;
+    spec.fk.range.limit = 0;
+    spec
+}
+
 /// Creates every command of `C`; the error names the one that failed.
 pub fn register<C: Commands>(ctx: Ctx) -> Result<(), String> {
     if C::SPECS.len() > MAX_COMMANDS {
@@ -242,7 +293,14 @@ pub fn register<C: Commands>(ctx: Ctx) -> Result<(), String> {
         }
         // The key-spec array ends with an all-zero entry.
         // SAFETY: as in `key_spec`.
-        let mut specs = [key_spec(command.key_access), unsafe { std::mem::zeroed() }];
+        let mut specs = [
+            key_spec(command.key_access),
+            unsafe { std::mem::zeroed() },
+            unsafe { std::mem::zeroed() },
+        ];
+        if let (Some(from), Some(slot)) = (command.runs_command_at, specs.get_mut(1)) {
+            *slot = inner_key_spec(from);
+        }
         // SAFETY: all-zero means "not given" for every pointer of the info.
         let mut info: raw::RedisModuleCommandInfo = unsafe { std::mem::zeroed() };
         info.version = &COMMAND_INFO_VERSION;

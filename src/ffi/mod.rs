@@ -16,6 +16,7 @@ pub mod command;
 pub mod config;
 pub mod datatype;
 pub mod events;
+pub mod inner;
 pub mod key;
 pub mod query;
 pub mod scan;
@@ -79,6 +80,14 @@ pub fn missing_required_apis() -> Vec<&'static str> {
         RedisModule_WrongArity,
         RedisModule_Replicate,
         RedisModule_ReplicateVerbatim,
+        RedisModule_Call,
+        RedisModule_CallReplyType,
+        RedisModule_CallReplyStringPtr,
+        RedisModule_FreeCallReply,
+        RedisModule_ReplyWithCallReply,
+        RedisModule_GetCommandKeysWithFlags,
+        RedisModule_IsKeysPositionRequest,
+        RedisModule_KeyAtPosWithFlags,
         RedisModule_GetContextFlags,
         RedisModule_AvoidReplicaTraffic,
         RedisModule_CreateCommand,
@@ -765,6 +774,11 @@ impl<'a> Argv<'a> {
 
     pub fn len(&self) -> usize {
         self.0.len()
+    }
+
+    /// The strings themselves, for the API calls that take a vector.
+    fn raw_args(&self) -> &'a [*mut raw::RedisModuleString] {
+        self.0
     }
 
     pub fn is_empty(&self) -> bool {
