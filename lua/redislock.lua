@@ -158,6 +158,124 @@ local function x_holder(x, owner)
     return false
 end
 
+-- Errors are raised with `error` and turned into the reply by `entry` (an error
+-- raised out of a function would get a "script: ..." suffix).
+local function fail(text)
+    error({ err = text })
+end
+
+-- `arg` as an error shows it: escaped as Rust's escape_ascii, `limit` bytes at most.
+local function escaped(arg, limit)
+    local shown = string.gsub(string.sub(arg, 1, limit), "[\\'\"]", '\\%0')
+    local named = { ['\t'] = '\\t', ['\r'] = '\\r', ['\n'] = '\\n' }
+    return (string.gsub(shown, '[^ -~]', function(c)
+        return named[c] or string.format('\\x%02x', string.byte(c))
+    end))
+end
+
+-- ---------------------------------------------------------------------------
+-- lock_guard (contract.md "Fenced writes"): `FCALL lock_guard numkeys key [key ...]
+-- token command [arg ...]` runs the command only while the holding of KEYS[1] with
+-- that token lives, in the same call as the check; KEYS[2..] are the keys the
+-- command touches. One function, first through EVALSHA (every other call defines
+-- it, at about 1,000 instructions): it needs nothing after it for an exclusive
+-- lock of this format, and declines (false) to the full path otherwise.
+
+-- The largest token, 2^63 - 1, as the module's LOCK.GUARD takes it.
+local MAX_TOKEN = '9223372036854775807'
+-- Commands whose one key is their first argument (lower case, between spaces):
+-- the guard knows their key without asking COMMAND GETKEYS (one command less).
+local FIRST_KEY_ONLY = ' set get getset getdel getex setex psetex setnx append incr incrby'
+    .. ' incrbyfloat decr decrby strlen setrange getrange hset hsetnx hget hmset hmget hdel'
+    .. ' hincrby hincrbyfloat hgetall hexists hlen hkeys hvals lpush rpush lpushx rpushx lpop'
+    .. ' rpop llen lrange lindex lset lrem ltrim sadd srem smembers sismember scard spop zadd'
+    .. ' zrem zincrby zscore zrange zcard expire pexpire expireat pexpireat persist ttl pttl'
+    .. ' type xadd pfadd setbit getbit json.set json.get json.del '
+
+-- What fast_guard answers when it leaves the call to the full path (a table: no
+-- reply of the command can be it).
+local GUARD_FULL = {}
+
+local function fast_guard(keys, args, o)
+    local key, token, command = keys[1], args[o + 1], args[o + 2]
+    if not key or not command then
+        fail("ERR wrong number of arguments for 'lock_guard' command")
+    end
+    if not string.find(token, '^[1-9]%d*$') or #token > #MAX_TOKEN
+        or (#token == #MAX_TOKEN and token > MAX_TOKEN) then
+        fail('ERR invalid token: expected a positive integer')
+    end
+    local name = string.lower(command)
+    if string.sub(name, 1, 5) == 'lock.' then
+        fail('ERR LOCK.GUARD does not run lock commands: guard a command on your data')
+    end
+    -- The command's keys: each one declared, none the lock key.
+    local inner = {}
+    for i = o + 3, #args do
+        inner[#inner + 1] = args[i]
+    end
+    local touched
+    if string.find(FIRST_KEY_ONLY, ' ' .. name .. ' ', 1, true) then
+        touched = { inner[1] }
+    else
+        touched = redis.pcall('COMMAND', 'GETKEYS', command, unpack(inner))
+        if type(touched) ~= 'table' or touched.err then
+            -- No keys, or no such command or arity, which its own call answers.
+            touched = {}
+        end
+    end
+    for i = 1, #touched do
+        local found = touched[i] == key
+        if found then
+            fail('ERR LOCK.GUARD does not run a command on its lock key: the lock changes only through lock commands')
+        end
+        for j = 2, #keys do
+            if keys[j] == touched[i] then
+                found = true
+                break
+            end
+        end
+        if not found then
+            fail('ERR lock_guard: the command touches the key ' .. escaped(touched[i], 64)
+                .. ', which is not declared: name every key it touches after the lock key')
+        end
+    end
+    for j = 2, #keys do
+        if keys[j] == key then
+            fail('ERR LOCK.GUARD does not run a command on its lock key: the lock changes only through lock commands')
+        end
+    end
+    -- The check: an exclusive holding lives while K does.
+    local head = redis.call('HMGET', key, 'redislock', 'x')
+    local held
+    if head[1] == FORMAT_TEXT and head[2] then
+        held = string.match(head[2], X_HEAD)
+    elseif head[1] or redis.call('EXISTS', key) == 1 then
+        -- Shared holdings, an older format, or not a lock: the full path.
+        return GUARD_FULL
+    end
+    if held ~= token then
+        local shown = escaped(key, 128) .. (#key > 128 and '...' or '')
+        fail('FENCED token ' .. token .. ' does not hold ' .. shown .. ': '
+            .. (held and ('it is held with token ' .. held) or 'the lock is free'))
+    end
+    -- Replies as the command gives them, in the caller's protocol: read in RESP3,
+    -- they go back as RESP3 or as RESP2 (a map as a flat array).
+    redis.setresp(3)
+    return redis.call(command, unpack(inner))
+end
+
+-- Before the scripts path's stages (below): lock_guard's.
+if script_name == 'lock_guard' then
+    local ok, reply = pcall(fast_guard, KEYS, ARGV, 1)
+    if not ok then
+        return error_reply(reply)
+    end
+    if reply ~= GUARD_FULL then
+        return reply
+    end
+end
+
 -- lock_release by the exclusive holder, its grant collected, nobody waiting; with
 -- a queue, HAND_OFF: fast_hand_off (below) may grant its head.
 local HAND_OFF = 'hand off'
@@ -358,11 +476,6 @@ end
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local EXHAUSTED = 'ERR fencing tokens are exhausted on this server'
 
--- Errors are raised with `error` and turned into the reply by `entry` (an error
--- raised out of a function would get a "script: ..." suffix).
-local function fail(text)
-    error({ err = text })
-end
 
 -- An integer as Redis reads it (no exponent, no fraction).
 local function int(n)
@@ -771,11 +884,7 @@ end
 
 -- An option as an error may show it: escaped as Rust's escape_ascii, 64 bytes at most.
 local function printable(arg)
-    local shown = string.gsub(string.sub(arg, 1, 64), "[\\'\"]", '\\%0')
-    local named = { ['\t'] = '\\t', ['\r'] = '\\r', ['\n'] = '\\n' }
-    return (string.gsub(shown, '[^ -~]', function(c)
-        return named[c] or string.format('\\x%02x', string.byte(c))
-    end))
+    return escaped(arg, 64)
 end
 
 local function check_owner_len(owner)
@@ -1930,6 +2039,47 @@ local function lock_info(keys, args)
     return { map = info }
 end
 
+-- The full path of lock_guard, for what fast_guard leaves to it (after its checks
+-- of the arguments and keys): shared holdings, whose tokens it finds among the live
+-- ones, and data of an older format; anything else at K is WRONGTYPE.
+local function full_guard(keys, args)
+    local key, token = keys[1], args[1]
+    local _, alive = info_holders(key, now_ms())
+    local others = {}
+    for _, h in ipairs(alive) do
+        if int(h.token) == token then
+            local inner = {}
+            for i = 3, #args do
+                inner[#inner + 1] = args[i]
+            end
+            redis.setresp(3)
+            return redis.call(args[2], unpack(inner))
+        end
+        others[#others + 1] = int(h.token)
+    end
+    local why = 'the lock is free'
+    if #others == 1 then
+        why = 'it is held with token ' .. others[1]
+    elseif #others > 1 then
+        local listed = table.concat(others, ', ', 1, math.min(#others, 3))
+        why = 'it is held with tokens ' .. listed
+        if #others > 3 then
+            why = why .. ' and ' .. (#others - 3) .. ' more'
+        end
+    end
+    fail('FENCED token ' .. token .. ' does not hold ' .. escaped(key, 128)
+        .. (#key > 128 and '...' or '') .. ': ' .. why)
+end
+
+-- FCALL lock_guard numkeys key [key ...] token command [arg ...]
+local function lock_guard(keys, args)
+    local reply = fast_guard(keys, args, 0)
+    if reply == GUARD_FULL then
+        return full_guard(keys, args)
+    end
+    return reply
+end
+
 -- FCALL lock_version 0: the library's version, which a client compares with its own.
 local function lock_version(keys, args)
     if #keys ~= 0 or #args ~= 0 then
@@ -2069,6 +2219,11 @@ local FUNCTIONS = {
     { name = 'lock_cancel', full = lock_cancel, flags = { 'allow-oom' } },
     { name = 'lock_info', full = lock_info, flags = { 'no-writes' } },
     { name = 'lock_version', full = lock_version, flags = { 'no-writes' } },
+    -- Refused under OOM as a whole through FCALL (a function that may write is,
+    -- unless flagged allow-oom, which would let its command write under OOM).
+    -- Through EVALSHA the server refuses only a command it denies under OOM, as
+    -- the module does: no LPUSHX first (`own_oom`).
+    { name = 'lock_guard', full = lock_guard, flags = {}, own_oom = true },
 }
 
 -- Redis 7.0 runs the load in a bare environment (no ipairs): plain loops here.
@@ -2095,7 +2250,7 @@ else
     for _, f in ipairs(FUNCTIONS) do
         if f.name == name then
             local fn = f.full
-            if #f.flags == 0 and KEYS[1] and not script_refused then
+            if #f.flags == 0 and KEYS[1] and not script_refused and not f.own_oom then
                 fn = function(keys, args)
                     refuse_as_fcall(keys)
                     return f.full(keys, args)
@@ -2104,5 +2259,5 @@ else
             return entry(fn)(KEYS, script_args)
         end
     end
-    return redis.error_reply("ERR unknown function '" .. printable(name or '') .. "': expected lock_acquire, lock_release, lock_extend, lock_info, lock_version, lock_wait or lock_cancel")
+    return redis.error_reply("ERR unknown function '" .. printable(name or '') .. "': expected lock_acquire, lock_release, lock_extend, lock_info, lock_version, lock_wait, lock_cancel or lock_guard")
 end

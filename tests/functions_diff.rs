@@ -349,7 +349,9 @@ impl Diff {
                 };
                 self.call("lock_release", key, &[&owner]);
             }
-            65..=74 if free => self.call("lock_extend", key, &[owner, "60000"]),
+            65..=69 if free => self.call("lock_extend", key, &[owner, "60000"]),
+            // A guarded write: with a holder's token, a stale one or one never given.
+            70..=74 => self.guard(key, owner, rng.gen_range(0..4)),
             75..=79 => {
                 self.log.push(format!("DEL {key}"));
                 let _: i64 = query(&mut self.m, &["DEL", key]).unwrap();
@@ -380,6 +382,59 @@ impl Diff {
             _ => self.call("lock_info", key, &[]),
         }
         self.converge();
+    }
+
+    /// The same guarded SET on both sides, with each side's own token of `owner`
+    /// (`how` 0-1), the last token either side granted on this key, now stale or
+    /// not (2), or 17 (3): the same reply (FENCED texts with their numbers aside),
+    /// and the same value written, or none.
+    fn guard(&mut self, key: &str, owner: &str, how: u32) {
+        let token_of = |backend: &Backend, con: &mut Connection| {
+            backend.info(con, key).and_then(|info| {
+                info.holders
+                    .into_iter()
+                    .find(|h| h.owner == owner.as_bytes())
+                    .map(|h| h.token)
+            })
+        };
+        let tokens = match how {
+            0 | 1 => (
+                token_of(&Backend::Module, &mut self.m),
+                token_of(&Backend::Functions, &mut self.l),
+            ),
+            2 => (self.order.last(key, true), self.order.last(key, false)),
+            _ => (Some(17), Some(17)),
+        };
+        let (Some(m_token), Some(l_token)) = tokens else {
+            return;
+        };
+        let value = format!("v{}", self.log.len());
+        let out = format!("{key}:out");
+        let what = format!("guard {key} {owner} ({m_token}, {l_token}) SET {out} {value}");
+        self.log.push(what.clone());
+        let command = ["SET", out.as_str(), value.as_str()];
+        let a = Backend::Module.guard(&mut self.m, key, &[], &m_token.to_string(), &command);
+        let library = if self.log.len().is_multiple_of(2) {
+            &Backend::Functions
+        } else {
+            &self.scripts
+        };
+        let b = library.guard(&mut self.l, key, &[&out], &l_token.to_string(), &command);
+        let numbers_aside = |e: &redis::RedisError| {
+            error_text(e)
+                .split(|c: char| c.is_ascii_digit())
+                .filter(|part| !part.is_empty())
+                .collect::<Vec<_>>()
+                .join("#")
+        };
+        match (a, b) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "{what}"),
+            (Err(a), Err(b)) => assert_eq!(numbers_aside(&a), numbers_aside(&b), "{what}"),
+            (a, b) => panic!("{what}: module {a:?}, library {b:?}\n{:#?}", self.log),
+        }
+        let written_m: Option<String> = query(&mut self.m, &["GET", &out]).unwrap();
+        let written_l: Option<String> = query(&mut self.l, &["GET", &out]).unwrap();
+        assert_eq!(written_m, written_l, "{what}");
     }
 
     /// Releases everything until every waiter was answered and nothing is held.

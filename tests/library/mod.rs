@@ -83,6 +83,40 @@ impl Backend {
         self.cmd(function, Some(key), &args).query(con)
     }
 
+    /// A guarded command: `LOCK.GUARD key token command…`, or `lock_guard` with the
+    /// lock key and `data` (the keys the command touches) declared.
+    pub fn guard(
+        &self,
+        con: &mut Connection,
+        key: &str,
+        data: &[&str],
+        token: &str,
+        command: &[&str],
+    ) -> RedisResult<Value> {
+        let mut cmd = match self {
+            Backend::Module => {
+                let mut cmd = redis::cmd("LOCK.GUARD");
+                cmd.arg(key);
+                cmd
+            }
+            Backend::Functions => {
+                let mut cmd = redis::cmd("FCALL");
+                cmd.arg("lock_guard").arg(1 + data.len()).arg(key).arg(data);
+                cmd
+            }
+            Backend::Scripts(sha) => {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(sha)
+                    .arg(1 + data.len())
+                    .arg(key)
+                    .arg(data)
+                    .arg("lock_guard");
+                cmd
+            }
+        };
+        cmd.arg(token).arg(command).query(con)
+    }
+
     /// An acquire without waiting: the token, or `None`.
     pub fn acquire(
         &self,
@@ -141,6 +175,12 @@ impl TokenOrder {
                 .iter()
                 .all(|&(m, l)| (m == module) == (l == library) && (m < module) == (l < library))
         })
+    }
+
+    /// The last token seen on `key`, the module's (`module`) or the library's.
+    pub fn last(&self, key: &str, module: bool) -> Option<i64> {
+        let &(m, l) = self.0.get(key)?.last()?;
+        Some(if module { m } else { l })
     }
 
     /// Checks the pair and remembers it.
