@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -65,12 +67,17 @@ func TestACluster(t *testing.T) {
 	}
 }
 
-// The scripts path on Redis 6.2 (no FUNCTION): acquire, wait, renew, release.
+// The scripts path on Redis 6.2 (no FUNCTION): acquire, wait, renew, release. The
+// server: REDIS62_SERVER, else target/redis-6.2/redis-server, which `make deps` builds.
 func TestRedis62ScriptsPath(t *testing.T) {
 	t.Parallel() // idle most of the time: beside the other long ones
-	const binary = "/opt/servers/bin/redis-6.2.16"
+	binary := os.Getenv("REDIS62_SERVER")
+	if binary == "" {
+		binary = filepath.Join(redistest.Root(), "target", "redis-6.2", "redis-server")
+	}
 	if _, err := osStat(binary); err != nil {
-		t.Skipf("skipped: the scripts path on Redis 6.2 (%s is missing)", binary)
+		t.Skipf("skipped: the scripts path on Redis 6.2 (%s is missing; make deps builds it, "+
+			"or set REDIS62_SERVER)", binary)
 	}
 	server := redistest.StartWith(t, redistest.Plain, redistest.Options{Binary: binary})
 	locker := redislock.New(server.Client())

@@ -24,7 +24,8 @@ export const ROOT = [resolve(here, "../.."), resolve(here, "../../..")].find((di
   existsSync(join(dir, "lua/redislock.lua")),
 ) as string;
 export const LIBRARY_FILE = join(ROOT, "lua/redislock.lua");
-export const REDIS62 = process.env["REDIS62_SERVER"] ?? "/opt/servers/bin/redis-6.2.16";
+/** Redis 6.2 for the scripts path: REDIS62_SERVER, else the build `make deps` makes. */
+export const REDIS62 = process.env["REDIS62_SERVER"] ?? join(ROOT, "target/redis-6.2/redis-server");
 
 export function modulePath(): string {
   const path = process.env["REDIS_LOCK_MODULE"] ?? join(ROOT, "target/debug/libredis_lock.so");

@@ -1,7 +1,8 @@
 // The scripts path on Redis 6.2 (no FUNCTION): detection falls to EVALSHA of the
 // bundled library, waits follow the library's protocol, and a SCRIPT FLUSH is
 // survived by loading the script again. Skipped, saying so, where there is no 6.2
-// build (REDIS62_SERVER, by default /opt/servers/bin/redis-6.2.16).
+// build (REDIS62_SERVER, by default target/redis-6.2/redis-server, which `make deps`
+// builds).
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { after, before, describe, it } from "node:test";
@@ -10,7 +11,11 @@ import { Locks } from "../src/index.js";
 import { type Client, type ClientName, REDIS62, Server, client, eventually } from "./helpers.js";
 
 const present = existsSync(REDIS62);
-if (!present) console.log(`# skipped: the scripts path on Redis 6.2 (${REDIS62} is missing; set REDIS62_SERVER)`);
+if (!present) {
+  console.log(
+    `# skipped: the scripts path on Redis 6.2 (${REDIS62} is missing; make deps builds it, or set REDIS62_SERVER)`,
+  );
+}
 
 describe("Redis 6.2, the scripts path", { skip: present ? false : `${REDIS62} is missing` }, () => {
   let server: Server;

@@ -1077,19 +1077,29 @@ pub fn lock_server_with(config: Config) -> Server {
     }
 }
 
+/// Where `make deps` builds Redis 6.2 (tests/redis62/build): the default
+/// `REDIS62_SERVER`, target/redis-6.2/redis-server in the workspace.
+pub fn redis62_default() -> PathBuf {
+    workspace_root()
+        .join("target")
+        .join("redis-6.2")
+        .join("redis-server")
+}
+
 /// The Redis 6.2 server binary for the scripts backend's own tests: `REDIS62_SERVER`,
-/// else `/opt/servers/bin/redis-6.2.16` if present; `None` (say why and skip) if
-/// neither is there, as on a clean machine with Debian's 7.0 only.
+/// else [`redis62_default`] if present; `None` (say why and skip) if neither is
+/// there, as before `make deps` on a machine with Debian's 7.0 only.
 pub fn redis62_server() -> Option<String> {
     let binary = std::env::var("REDIS62_SERVER")
         .ok()
         .filter(|b| !b.is_empty())
-        .unwrap_or_else(|| "/opt/servers/bin/redis-6.2.16".into());
+        .unwrap_or_else(|| redis62_default().display().to_string());
     if Path::new(&binary).exists() {
         return Some(binary);
     }
     eprintln!(
-        "skipped: no Redis 6.2 at {binary} (set REDIS62_SERVER to run the scripts path on 6.2)"
+        "skipped: no Redis 6.2 at {binary} (make deps builds it; or set REDIS62_SERVER \
+         to run the scripts path on 6.2)"
     );
     None
 }
