@@ -98,6 +98,19 @@ static int apply(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     return RedisModule_ReplyWithSimpleString(ctx, "OK");
 }
 
+/* FLOOR.CALL key value: what a module command costs that only runs `SET key value`
+ * through RedisModule_Call as LOCK.GUARD runs its command (as the caller from a
+ * script, its reply passed on as it is), with no lock to check: the floor of a
+ * guarded SET (bench/callgrind-guard.sh). */
+static int call_set(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 3) return RedisModule_WrongArity(ctx);
+    RedisModuleCallReply *reply = RedisModule_Call(ctx, "SET", "ss!0CSME", argv[1], argv[2]);
+    if (reply == NULL) return RedisModule_ReplyWithError(ctx, "ERR no reply");
+    RedisModule_ReplyWithCallReply(ctx, reply);
+    RedisModule_FreeCallReply(reply);
+    return REDISMODULE_OK;
+}
+
 int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     (void)argv;
     (void)argc;
@@ -115,7 +128,9 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
     if (Type == NULL || Pxat == NULL ||
         RedisModule_CreateCommand(ctx, "floor.acquire", acquire, "write deny-oom", 1, 1, 1) ==
             REDISMODULE_ERR ||
-        RedisModule_CreateCommand(ctx, "floor.apply", apply, "write", 1, 1, 1) == REDISMODULE_ERR)
+        RedisModule_CreateCommand(ctx, "floor.apply", apply, "write", 1, 1, 1) == REDISMODULE_ERR ||
+        RedisModule_CreateCommand(ctx, "floor.call", call_set, "may-replicate", 1, 1, 1) ==
+            REDISMODULE_ERR)
         return REDISMODULE_ERR;
     return REDISMODULE_OK;
 }

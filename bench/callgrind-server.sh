@@ -12,7 +12,7 @@ start_callgrind_server() {
   done
   [ -n "$port" ] || { echo "no free port found" >&2; exit 1; }
   valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out" \
-    redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save "" --appendonly no \
+    ${REDIS_BIN:-redis-server} --port "$port" --bind 127.0.0.1 --dir "$dir" --save "" --appendonly no \
     "$@" --loadmodule "${MODULE:-$PWD/target/release/libredis_lock.so}" >"$dir/valgrind.log" 2>&1 &
   vg=$!
   trap 'kill $vg 2>/dev/null; wait $vg 2>/dev/null; rm -rf "$dir"' EXIT

@@ -66,6 +66,16 @@ tmp="$(mktemp)"
   echo
   bench/callgrind-library.sh
   echo
+  echo "## A guarded write"
+  echo
+  echo "A SET guarded by a lock's fencing token (LOCK.GUARD on the module, lock_guard"
+  echo "through the library), beside a bare SET and the hand-written script that compares"
+  echo "the lock's value before the SET (bench/callgrind-guard.sh). The module's floor is"
+  echo "what the Redis API costs a command that only runs the SET as LOCK.GUARD runs it"
+  echo "(RedisModule_Call, its reply passed on): the lock check adds its key's lookup."
+  echo
+  bench/callgrind-guard.sh
+  echo
   echo "## Hand-off on the function library"
   echo
   echo "A waiter in the Python client's \`Lock.acquire()\` on a plain redis-server with"

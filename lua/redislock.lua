@@ -196,73 +196,105 @@ local FIRST_KEY_ONLY = ' set get getset getdel getex setex psetex setnx append i
 -- reply of the command can be it).
 local GUARD_FULL = {}
 
+-- Loaded by FUNCTION LOAD, the library makes a table of them at its first guarded
+-- call (FIRST_KEY, both cases; Redis 7.0 loads a library without the string
+-- library), kept as the constant it is, so a call looks its command up; through
+-- EVALSHA, where the file runs on every call, the string is searched instead.
+local FIRST_KEY
+local function first_key(command)
+    if script_name then
+        return string.find(FIRST_KEY_ONLY, ' ' .. string.lower(command) .. ' ', 1, true)
+    end
+    if not FIRST_KEY then
+        FIRST_KEY = {}
+        for name in string.gmatch(FIRST_KEY_ONLY, '%S+') do
+            FIRST_KEY[name] = true
+            FIRST_KEY[string.upper(name)] = true
+        end
+    end
+    return FIRST_KEY[command] or FIRST_KEY[string.lower(command)]
+end
+
+-- A guarded call's error, after the token's own check: a bad token is the error
+-- whatever else is wrong, as with LOCK.GUARD.
+local function refuse(token, text)
+    if not string.find(token, '^[1-9]%d*$') or #token > #MAX_TOKEN
+        or (#token == #MAX_TOKEN and token > MAX_TOKEN) then
+        fail('ERR invalid token: expected a positive integer')
+    end
+    fail(text)
+end
+
+local LOCK_COMMAND = 'ERR LOCK.GUARD does not run lock commands: guard a command on your data'
+local LOCK_KEY = 'ERR LOCK.GUARD does not run a command on its lock key: the lock changes only through lock commands'
+
 local function fast_guard(keys, args, o)
     local key, token, command = keys[1], args[o + 1], args[o + 2]
     if not key or not command then
         fail("ERR wrong number of arguments for 'lock_guard' command")
     end
-    if not string.find(token, '^[1-9]%d*$') or #token > #MAX_TOKEN
-        or (#token == #MAX_TOKEN and token > MAX_TOKEN) then
-        fail('ERR invalid token: expected a positive integer')
-    end
-    local name = string.lower(command)
-    if string.sub(name, 1, 5) == 'lock.' then
-        fail('ERR LOCK.GUARD does not run lock commands: guard a command on your data')
+    -- `lock.` is five bytes, the fifth a dot: only such a name is looked at.
+    if string.byte(command, 5) == 46 and string.lower(string.sub(command, 1, 5)) == 'lock.' then
+        refuse(token, LOCK_COMMAND)
     end
     -- The command's keys: each one declared, none the lock key.
-    local inner = {}
-    for i = o + 3, #args do
-        inner[#inner + 1] = args[i]
+    for j = 2, #keys do
+        if keys[j] == key then
+            refuse(token, LOCK_KEY)
+        end
     end
-    local touched
-    if string.find(FIRST_KEY_ONLY, ' ' .. name .. ' ', 1, true) then
-        touched = { inner[1] }
-    else
-        touched = redis.pcall('COMMAND', 'GETKEYS', command, unpack(inner))
+    -- Its one key, or those COMMAND GETKEYS finds.
+    local touched = { args[o + 3] }
+    if not first_key(command) then
+        touched = redis.pcall('COMMAND', 'GETKEYS', command, unpack(args, o + 3))
         if type(touched) ~= 'table' or touched.err then
             -- No keys, or no such command or arity, which its own call answers.
             touched = {}
         end
     end
     for i = 1, #touched do
-        local found = touched[i] == key
-        if found then
-            fail('ERR LOCK.GUARD does not run a command on its lock key: the lock changes only through lock commands')
+        local name = touched[i]
+        if name == key then
+            refuse(token, LOCK_KEY)
         end
+        local declared = false
         for j = 2, #keys do
-            if keys[j] == touched[i] then
-                found = true
+            if keys[j] == name then
+                declared = true
                 break
             end
         end
-        if not found then
-            fail('ERR lock_guard: the command touches the key ' .. escaped(touched[i], 64)
+        if not declared then
+            refuse(token, 'ERR lock_guard: the command touches the key ' .. escaped(name, 64)
                 .. ', which is not declared: name every key it touches after the lock key')
         end
     end
-    for j = 2, #keys do
-        if keys[j] == key then
-            fail('ERR LOCK.GUARD does not run a command on its lock key: the lock changes only through lock commands')
+    -- The check: an exclusive holding lives while K does. Its value starts with
+    -- the format, a space and the token, which this token must be whole.
+    local x = redis.call('HGET', key, 'x')
+    local n = #token
+    if not x then
+        if redis.call('EXISTS', key) == 1 then
+            -- Shared holdings, an older format, or not a lock: the full path.
+            return GUARD_FULL
+        end
+    elseif string.byte(x, 1) ~= FORMAT_BYTE or string.byte(x, 2) ~= 32 then
+        return GUARD_FULL
+    elseif string.find(x, token, 3, true) == 3 then
+        -- The token ends with a digit and the stored one with it: the same number
+        -- (the flags `g`, `q` follow the digits).
+        local last, after = string.byte(token, n), string.byte(x, 3 + n)
+        if last >= 48 and last <= 57 and after and (after < 48 or after > 57) then
+            -- Replies as the command gives them, in the caller's protocol: read in
+            -- RESP3, they go back as RESP3 or as RESP2 (a map as a flat array).
+            redis.setresp(3)
+            return redis.call(command, unpack(args, o + 3))
         end
     end
-    -- The check: an exclusive holding lives while K does.
-    local head = redis.call('HMGET', key, 'redislock', 'x')
-    local held
-    if head[1] == FORMAT_TEXT and head[2] then
-        held = string.match(head[2], X_HEAD)
-    elseif head[1] or redis.call('EXISTS', key) == 1 then
-        -- Shared holdings, an older format, or not a lock: the full path.
-        return GUARD_FULL
-    end
-    if held ~= token then
-        local shown = escaped(key, 128) .. (#key > 128 and '...' or '')
-        fail('FENCED token ' .. token .. ' does not hold ' .. shown .. ': '
-            .. (held and ('it is held with token ' .. held) or 'the lock is free'))
-    end
-    -- Replies as the command gives them, in the caller's protocol: read in RESP3,
-    -- they go back as RESP3 or as RESP2 (a map as a flat array).
-    redis.setresp(3)
-    return redis.call(command, unpack(inner))
+    local held = x and string.match(x, X_HEAD)
+    local shown = escaped(key, 128) .. (#key > 128 and '...' or '')
+    refuse(token, 'FENCED token ' .. token .. ' does not hold ' .. shown .. ': '
+        .. (held and ('it is held with token ' .. held) or 'the lock is free'))
 end
 
 -- Before the scripts path's stages (below): lock_guard's.
@@ -2048,12 +2080,8 @@ local function full_guard(keys, args)
     local others = {}
     for _, h in ipairs(alive) do
         if int(h.token) == token then
-            local inner = {}
-            for i = 3, #args do
-                inner[#inner + 1] = args[i]
-            end
             redis.setresp(3)
-            return redis.call(args[2], unpack(inner))
+            return redis.call(args[2], unpack(args, 3))
         end
         others[#others + 1] = int(h.token)
     end

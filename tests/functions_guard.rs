@@ -257,7 +257,7 @@ fn the_callers_acl_applies_to_the_command_and_its_keys() {
             "~job:*",
             "+fcall",
             "+evalsha",
-            "+hmget",
+            "+hget",
             "+exists",
             "+command|getkeys",
             "+set",

@@ -2,7 +2,7 @@
 //! (`RedisModule_GetCommandKeysWithFlags`), and its run (`RedisModule_Call`) as the
 //! caller would run it from a script, with its reply kept to be sent as it is.
 
-use std::ffi::{c_int, CString};
+use std::ffi::c_int;
 use std::ptr;
 
 use redis_module::raw;
@@ -138,26 +138,50 @@ impl Ctx<'_> {
             return Outcome::Nothing;
         };
         let name_bytes = args.string(from).map(|s| s.as_bytes()).unwrap_or(&[]);
-        // The name goes as a C string: one with a NUL byte names no command.
-        let Ok(name) = CString::new(name_bytes) else {
+        // The name goes as a C string: one with a NUL byte names no command. Names
+        // are short; a longer one than the buffer names no command either.
+        let mut buffer = [0u8; 64];
+        let Some(slot) = buffer.get_mut(..name_bytes.len()) else {
             return Outcome::Nothing;
         };
+        if name_bytes.contains(&0) {
+            return Outcome::Nothing;
+        }
+        slot.copy_from_slice(name_bytes);
+        let name = buffer.as_ptr().cast::<std::ffi::c_char>();
         // SAFETY: reading a function pointer that Redis filled in at load time.
         let Some(f) = (unsafe { raw::RedisModule_Call }) else {
             return Outcome::Nothing;
         };
-        // Redis only reads the vector; the cast drops a `const` its prototype lacks.
-        let argv = rest.as_ptr().cast_mut();
-        // SAFETY: format "v" takes a RedisModuleString** and a size_t, both valid
-        // for the call; the flags take no arguments.
-        let reply = unsafe {
-            f(
-                self.raw(),
-                name.as_ptr(),
-                c"v!0CSME".as_ptr(),
-                argv,
-                rest.len(),
-            )
+        let ctx = self.raw();
+        // A few arguments go one by one ("s" each: Redis sizes its vector once);
+        // more as a vector ("v", which Redis grows). The flags take no arguments.
+        macro_rules! call_with {
+            ($format:literal $(, $arg:expr)*) => {
+                // SAFETY: one "s" per RedisModuleString* given, each valid for the call.
+                unsafe { f(ctx, name, $format.as_ptr() $(, *$arg)*) }
+            };
+        }
+        let reply = match rest {
+            [] => call_with!(c"!0CSME"),
+            [a] => call_with!(c"s!0CSME", a),
+            [a, b] => call_with!(c"ss!0CSME", a, b),
+            [a, b, c] => call_with!(c"sss!0CSME", a, b, c),
+            [a, b, c, d] => call_with!(c"ssss!0CSME", a, b, c, d),
+            [a, b, c, d, e] => call_with!(c"sssss!0CSME", a, b, c, d, e),
+            [a, b, c, d, e, g] => call_with!(c"ssssss!0CSME", a, b, c, d, e, g),
+            // Redis only reads the vector; the cast drops a `const` its prototype
+            // lacks. SAFETY: format "v" takes a RedisModuleString** and a size_t,
+            // both valid for the call.
+            _ => unsafe {
+                f(
+                    ctx,
+                    name,
+                    c"v!0CSME".as_ptr(),
+                    rest.as_ptr().cast_mut(),
+                    rest.len(),
+                )
+            },
         };
         if reply.is_null() {
             return Outcome::Nothing;
