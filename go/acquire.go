@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -99,7 +100,7 @@ func (l *Locker) try(ctx context.Context, r *request, b Backend) (*Lock, error) 
 		return nil, err
 	case err != nil:
 		answered := l.withdraw(r, b, false, withdrawBound(ctx, err))
-		return nil, l.failure(ctx, r, err, 0, answered)
+		return nil, l.failure(ctx, r, err, ControlLimit, answered)
 	}
 	return l.granted(ctx, r, b, reply, sent)
 }
@@ -123,7 +124,7 @@ func (l *Locker) waitModule(ctx context.Context, r *request, wait time.Duration)
 	)
 	for tries := 0; tries < 2; tries++ {
 		if d, err = l.conns.get(bounded, r.key); err != nil {
-			return nil, l.failure(ctx, r, err, wait, false)
+			return nil, l.failure(ctx, r, err, waitBound(wait), false)
 		}
 		sent = time.Now()
 		reply, err = d.do(bounded, args...)
@@ -142,7 +143,7 @@ func (l *Locker) waitModule(ctx context.Context, r *request, wait time.Duration)
 		// Closing the connection took the waiter out of the server's queue; a
 		// grant that crossed the close is released.
 		answered := l.withdraw(r, Module, false, withdrawBound(ctx, err))
-		return nil, l.failure(ctx, r, err, wait, answered)
+		return nil, l.failure(ctx, r, err, waitBound(wait), answered)
 	}
 	if time.Since(sent) > Margin(r.ttl) {
 		// Granted after a wait: the server counts the TTL from the grant, the lease
@@ -162,6 +163,12 @@ func (l *Locker) waitModule(ctx context.Context, r *request, wait time.Duration)
 // the wake_ms the library named, again, until granted or the wait's end, when
 // lock_cancel gives the place up. No call is retried on its own: a driver that
 // silently tries again hides a lapsed place.
+//
+// Each step has a bound of its own, also in a wait without limit: a lock_wait
+// [ControlLimit] (it does not block), a BLPOP its block and [WaitMargin]. So a path
+// that goes dead (a partition, a hung server) ends the wait with an
+// [*UnansweredError] within a step's bound, instead of leaving it pending while its
+// place lapses in the server.
 func (l *Locker) waitLibrary(ctx context.Context, r *request, b Backend, wait time.Duration) (*Lock, error) {
 	var deadline time.Time
 	if wait > 0 {
@@ -171,23 +178,42 @@ func (l *Locker) waitLibrary(ctx context.Context, r *request, b Backend, wait ti
 	defer cancel()
 	d, err := l.conns.get(bounded, r.key)
 	if err != nil {
-		return nil, l.failure(ctx, r, err, wait, false)
+		return nil, l.failure(ctx, r, err, waitBound(wait), false)
+	}
+	// lockWait and blpop are the steps, on d, each within its bound.
+	lockWait := func() (any, error) {
+		step, cancel := context.WithTimeout(bounded, ControlLimit)
+		defer cancel()
+		return callOn(step, d, b, "lock_wait", r.key, r.acquireArgs()...)
+	}
+	blpop := func(limit time.Duration, list string, ms int64) error {
+		step, cancel := context.WithTimeout(bounded, limit)
+		defer cancel()
+		_, err := d.do(step, "BLPOP", list, fmt.Sprintf("%d.%03d", ms/1000, ms%1000))
+		return err
+	}
+	// failed ends the wait after a step of limit failed with err.
+	failed := func(err error, limit time.Duration) error {
+		if bounded.Err() != nil {
+			limit = waitBound(wait) // the wait's own bound passed
+		}
+		return l.waitFailed(ctx, d, r, b, err, limit)
 	}
 	for first := true; ; first = false {
 		sent := time.Now()
-		reply, err := callOn(bounded, d, b, "lock_wait", r.key, r.acquireArgs()...)
+		reply, err := lockWait()
 		if first && moved(err) {
 			// A Cluster slot moved before anything ran: once more, on its new node.
 			l.conns.done(d, err)
 			l.conns.reroute(ctx)
 			if d, err = l.conns.get(bounded, r.key); err != nil {
-				return nil, l.failure(ctx, r, err, wait, false)
+				return nil, l.failure(ctx, r, err, waitBound(wait), false)
 			}
 			sent = time.Now()
-			reply, err = callOn(bounded, d, b, "lock_wait", r.key, r.acquireArgs()...)
+			reply, err = lockWait()
 		}
 		if err != nil {
-			return nil, l.waitFailed(ctx, d, r, b, err, wait)
+			return nil, failed(err, ControlLimit)
 		}
 		token, wakeMs, list, err := readWait(reply)
 		if err != nil {
@@ -199,7 +225,9 @@ func (l *Locker) waitLibrary(ctx context.Context, r *request, b Backend, wait ti
 			l.conns.done(d, nil)
 			return l.granted(ctx, r, b, token, sent)
 		}
-		block := time.Duration(max(wakeMs, 1)) * time.Millisecond
+		// At most one place lease, the library's own bound on wake_ms, so that
+		// the step's bound is one the client knows whatever the reply says.
+		block := min(millisDuration(max(wakeMs, 1)), placeLease)
 		if !deadline.IsZero() {
 			left := time.Until(deadline)
 			if left <= 0 {
@@ -217,16 +245,22 @@ func (l *Locker) waitLibrary(ctx context.Context, r *request, b Backend, wait ti
 		// At least 2 ms: Redis 6.2 reads `BLPOP list 0.001` as 0, which blocks
 		// without limit (it multiplies the seconds by 1000 in floating point).
 		ms := max(block.Milliseconds(), 2)
-		_, err = d.do(bounded, "BLPOP", list, fmt.Sprintf("%d.%03d", ms/1000, ms%1000))
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return nil, l.waitFailed(ctx, d, r, b, err, wait)
+		limit := addSaturating(time.Duration(ms)*time.Millisecond, WaitMargin)
+		if err := blpop(limit, list, ms); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, failed(err, limit)
 		}
 	}
 }
 
+// placeLease is the lease of a place in the library's queue when the waiter names
+// none (docs/PROTOCOL.md): a waiter calls lock_wait again within it.
+const placeLease = 2 * time.Second
+
 // waitFailed ends a library wait whose call on d failed with err: an error reply
 // changed nothing; anything else (a cut, a timeout, a cancellation) is withdrawn.
-func (l *Locker) waitFailed(ctx context.Context, d *dedicated, r *request, b Backend, err error, wait time.Duration) error {
+// bound: the bound that passed, if the call was not answered in time.
+func (l *Locker) waitFailed(ctx context.Context, d *dedicated, r *request, b Backend, err error,
+	bound time.Duration) error {
 	l.conns.done(d, err)
 	if serverError(err) {
 		if !libraryMissing(err) {
@@ -235,7 +269,7 @@ func (l *Locker) waitFailed(ctx context.Context, d *dedicated, r *request, b Bac
 		return err
 	}
 	answered := l.withdraw(r, b, true, withdrawBound(ctx, err))
-	return l.failure(ctx, r, err, wait, answered)
+	return l.failure(ctx, r, err, bound, answered)
 }
 
 // readWait reads lock_wait's reply: [token, wake_ms, grant list].
@@ -257,7 +291,34 @@ func bound(ctx context.Context, wait time.Duration) (context.Context, context.Ca
 	if wait < 0 {
 		return context.WithCancel(ctx)
 	}
-	return context.WithTimeout(ctx, wait+WaitMargin)
+	return context.WithTimeout(ctx, addSaturating(wait, WaitMargin))
+}
+
+// waitBound is how long an acquire that waits for wait may go unanswered: the wait
+// and its margin; for one that does not wait (or a wait without limit, whose steps
+// have bounds of their own), ControlLimit.
+func waitBound(wait time.Duration) time.Duration {
+	if wait <= 0 {
+		return ControlLimit
+	}
+	return addSaturating(wait, WaitMargin)
+}
+
+// addSaturating is a + b for non-negative durations, at most the longest Duration
+// (a wait of 292 years and its margin).
+func addSaturating(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// millisDuration is ms milliseconds, at most the longest Duration.
+func millisDuration(ms int64) time.Duration {
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // withdrawBound is how long the withdrawal after err may take: short when the
@@ -297,9 +358,10 @@ func (l *Locker) withdraw(r *request, b Backend, queued bool, limit time.Duratio
 	return answered
 }
 
-// failure is the error of an acquire whose request got no usable answer. answered:
-// the withdrawal after it was answered, so the server is there.
-func (l *Locker) failure(ctx context.Context, r *request, err error, wait time.Duration, answered bool) error {
+// failure is the error of an acquire whose request got no usable answer; bound:
+// the bound that passed, if it was not answered in time. answered: the withdrawal
+// after it was answered, so the server is there.
+func (l *Locker) failure(ctx context.Context, r *request, err error, bound time.Duration, answered bool) error {
 	cause := context.Cause(ctx)
 	if cause != nil && !errors.Is(cause, context.DeadlineExceeded) {
 		return cause // cancelled by the caller
@@ -311,10 +373,6 @@ func (l *Locker) failure(ctx context.Context, r *request, err error, wait time.D
 		return fmt.Errorf("%w until the context's deadline (%w)", ErrNotObtained, cause)
 	}
 	if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
-		bound := wait + WaitMargin
-		if wait <= 0 {
-			bound = ControlLimit
-		}
 		return &UnansweredError{Key: r.key, Bound: bound, Err: err}
 	}
 	return fmt.Errorf("redislock: acquiring %q: %w", r.key, err)
@@ -327,13 +385,12 @@ func (l *Locker) granted(ctx context.Context, r *request, b Backend, reply any, 
 		l.withdraw(r, b, false, ReleaseLimit)
 		return nil, fmt.Errorf("redislock: the acquire answered %v, not a token", reply)
 	}
-	lock := &Lock{locker: l, key: r.key, owner: r.owner, token: token, kind: r.kind(), backend: b}
+	lock := &Lock{locker: l, key: r.key, owner: r.owner, ownerGiven: r.ownerGiven, token: token, kind: r.kind(),
+		backend: b, autoRenew: !r.noRenewal}
 	lock.lease, lock.ctx = newLease(context.WithoutCancel(ctx), r.key, sent, r.ttl, func(cause error) {
 		l.log.Warn("lock lost", "key", r.key, "owner", r.owner, "token", token, "cause", cause)
 	})
 	l.log.Debug("lock acquired", "key", r.key, "owner", r.owner, "token", token, "backend", b.String())
-	if !r.noRenewal {
-		lock.scheduleRenewal(sent.Add(period(r.ttl)))
-	}
+	lock.scheduleRenewal()
 	return lock, nil
 }

@@ -21,6 +21,8 @@ var ErrReleased = errors.New("redislock: the lock was released")
 
 // ErrNotHeld is what a release or an extend gets when the server no longer holds
 // the lock for this owner (it expired, was deleted, or another owner has it now).
+// Not for a release sent again after its reply was lost while the lease held: the
+// first one released it.
 var ErrNotHeld = errors.New("redislock: the lock is not held by this owner")
 
 // ErrInvalidArgument matches (errors.Is) an argument the server would refuse (a TTL
@@ -50,8 +52,9 @@ const (
 type LostError struct {
 	Key    string
 	Reason Reason
-	// The last renewal's error, if it failed (for LeaseRanOut), or the error that
-	// showed the holding gone (for Refused after a server lost its lock backend).
+	// The last renewal's (or extend's) error, if it failed (for LeaseRanOut), or
+	// the error that showed the holding gone (for Refused after a server lost its
+	// lock backend).
 	Err error
 }
 

@@ -230,3 +230,89 @@ func TestAnOlderLibraryLoadedUnderAHolderIsNamed(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// A release whose reply is lost to a broken connection (the server ran it) is sent
+// once more, and answered 0: that is a release, not ErrNotHeld, and Run does not
+// call work that held the lock throughout lost.
+func TestAReleaseWhoseReplyIsLostIsStillARelease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		proxy := redistest.StartProxy(t, e.server.Addr())
+		through := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+		defer through.Close()
+		locker := redislock.New(through)
+		defer locker.Close()
+		ctx := context.Background()
+		lock, err := locker.TryAcquire(ctx, "job", 30*time.Second)
+		must(t, err)
+		proxy.CutNextReply()
+		if err := lock.Release(ctx); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+		if info := e.info(t, "job"); info != nil {
+			t.Fatalf("still held: %+v", info)
+		}
+		err = locker.Run(ctx, "job", 30*time.Second, func(context.Context, *redislock.Lock) error {
+			proxy.CutNextReply() // the release's
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		if info := e.info(t, "job"); info != nil {
+			t.Fatalf("still held after run: %+v", info)
+		}
+		// Under an owner id the caller gave, another holder may have acquired since
+		// the first release: no second one, the connection's error.
+		given, err := locker.TryAcquire(ctx, "job", 30*time.Second, redislock.WithOwner("worker-1"))
+		must(t, err)
+		proxy.CutNextReply()
+		err = given.Release(ctx)
+		if err == nil || errors.Is(err, redislock.ErrNotHeld) {
+			t.Fatalf("a given owner's release whose reply was lost: %v", err)
+		}
+		if info := e.info(t, "job"); info != nil {
+			t.Fatalf("still held: %+v", info)
+		}
+	})
+}
+
+// On the library, a wait without a time limit is many steps (lock_wait, BLPOP, …),
+// each with a bound: when the path goes dead, the wait ends with ErrUnanswered
+// within a BLPOP's block (2 s at most, the place's lease), its margin and a
+// lock_wait's bound, instead of hanging while its place lapses in the server.
+func TestALibraryWaitWithoutLimitEndsOnADeadPath(t *testing.T) {
+	for _, k := range kinds[1:] {
+		t.Run(k.backend.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, k.kind, k.backend)
+			acquire(t, e.locker, "job", 30*time.Second)
+			proxy := redistest.StartProxy(t, e.server.Addr())
+			through := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+			defer through.Close()
+			waiters := redislock.New(through)
+			defer waiters.Close()
+			ended := make(chan error, 1)
+			go func() {
+				_, err := waiters.Acquire(context.Background(), "job", 5*time.Second)
+				ended <- err
+			}()
+			e.waitForWaiters(t, "job", 1)
+			time.Sleep(500 * time.Millisecond) // into a BLPOP
+			proxy.BlackHole()
+			cut := time.Now()
+			limit := 2*time.Second + redislock.ControlLimit + redislock.WaitMargin
+			select {
+			case err := <-ended:
+				if !errors.Is(err, redislock.ErrUnanswered) {
+					t.Fatalf("%v", err)
+				}
+				if elapsed := time.Since(cut); elapsed > limit {
+					t.Errorf("ended %v after the cut, beyond %v", elapsed, limit)
+				}
+				t.Logf("ended %v after the cut: %v", time.Since(cut).Round(time.Millisecond), err)
+			case <-time.After(3 * limit):
+				t.Fatalf("still waiting %v after the cut", 3*limit)
+			}
+		})
+	}
+}

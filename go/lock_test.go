@@ -3,6 +3,8 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -377,4 +379,70 @@ func TestALibraryOfAnotherVersionIsRefusedNamingIt(t *testing.T) {
 			t.Fatalf("version %d: %v", v, err)
 		}
 	}
+}
+
+// After an extend from a long TTL to a short one, renewals come at a third of the
+// short one: a healthy holder keeps the lock.
+func TestAnExtendToAShorterTTLKeepsAHealthyLock(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		lock := acquire(t, e.locker, "job", 30*time.Second)
+		const short = 1200 * time.Millisecond
+		must(t, lock.Extend(context.Background(), short))
+		if lock.TTL() != short {
+			t.Errorf("TTL %v", lock.TTL())
+		}
+		time.Sleep(3 * short)
+		if err := context.Cause(lock.Context()); err != nil {
+			t.Fatalf("lost: %v", err)
+		}
+		if info := e.info(t, "job"); info == nil || info.Holders[0].Owner != lock.Owner() ||
+			info.Holders[0].TTL > short {
+			t.Fatalf("info %+v", info)
+		}
+		must(t, lock.Release(context.Background()))
+	})
+}
+
+// The longest TTL and wait a time.Duration holds (about 292 years: the server's
+// 2^62-1 ms is beyond any Duration) are held, renewed and waited for; TTLs at or
+// under the lease's margin are granted, and their lease ends at once.
+func TestTheLongestTTLAndWaitWork(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		const longest = time.Duration(math.MaxInt64)
+		ctx := context.Background()
+		holder := acquire(t, e.locker, "job", longest)
+		granted := make(chan error, 1)
+		go func() {
+			waiter, err := e.locker.Acquire(ctx, "job", 5*time.Second, redislock.WaitFor(longest))
+			if err == nil {
+				err = waiter.Release(ctx)
+			}
+			granted <- err
+		}()
+		e.waitForWaiters(t, "job", 1)
+		time.Sleep(300 * time.Millisecond)
+		if err := context.Cause(holder.Context()); err != nil {
+			t.Fatalf("lost: %v", err)
+		}
+		if e.waiters(t, "job") != 1 {
+			t.Fatal("the waiter left the queue")
+		}
+		must(t, holder.Release(ctx))
+		select {
+		case err := <-granted:
+			must(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("the waiter was not granted")
+		}
+		for _, ttl := range []time.Duration{time.Millisecond, 50 * time.Millisecond} {
+			lock, err := e.locker.TryAcquire(ctx, fmt.Sprintf("short:%v", ttl), ttl)
+			if err != nil {
+				t.Fatalf("ttl %v: %v", ttl, err)
+			}
+			if !errors.Is(context.Cause(lock.Context()), redislock.ErrLockLost) {
+				t.Errorf("ttl %v: cause %v", ttl, context.Cause(lock.Context()))
+			}
+			_ = lock.Release(ctx)
+		}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,18 +81,31 @@ func (l *Locker) forget(b Backend) {
 // backend b, on a connection of the locker's own to key's server, within limit (or
 // ctx's deadline, if sooner). A reply lost to a broken connection (a server
 // restarted since the connection was last used, a failover's sentinel killing
-// it), or a Cluster slot moved, is asked for once more on a fresh connection: every call sent this way may be repeated (the
-// same owner gets the same answer). A call that got no answer in time is not.
+// it), or a Cluster slot moved, is asked for once more on a fresh connection: every
+// call sent this way may be repeated (the same owner gets the same answer, but for
+// a release, which sendNoting tells). A call that got no answer in time is not.
 func (l *Locker) send(ctx context.Context, limit time.Duration, b Backend, function, key string,
 	args ...any) (any, error) {
+	reply, _, err := l.sendNoting(ctx, limit, b, true, function, key, args...)
+	return reply, err
+}
+
+// sendNoting is send, and when the call was sent again after its reply was lost to
+// a broken connection (zero: it was not; a slot that moved does not count: the
+// call did not run). resend: whether to send it again then (a release of an owner
+// others may hold under too is not).
+func (l *Locker) sendNoting(ctx context.Context, limit time.Duration, b Backend, resend bool, function,
+	key string, args ...any) (reply any, resent time.Time, err error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	var reply any
-	var err error
+	lost := false
 	for tries := 0; tries < 2; tries++ {
 		var d *dedicated
 		if d, err = l.conns.get(ctx, key); err != nil {
-			return nil, err
+			return nil, resent, err
+		}
+		if lost {
+			resent = time.Now()
 		}
 		reply, err = callOn(ctx, d, b, function, key, args...)
 		l.conns.done(d, err)
@@ -99,10 +113,21 @@ func (l *Locker) send(ctx context.Context, limit time.Duration, b Backend, funct
 		case moved(err):
 			l.conns.reroute(ctx)
 		case err == nil || serverError(err) || errors.Is(err, redis.Nil) || ctx.Err() != nil || isTimeout(err):
-			return reply, err
+			return reply, resent, err
+		case dialFailed(err): // nothing was sent: once more
+		case !resend:
+			return reply, resent, err
+		default:
+			lost = true
 		}
 	}
-	return reply, err
+	return reply, resent, err
+}
+
+// dialFailed reports whether err is a connect that failed.
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // probe is the function of send that sends its arguments as they are (detection's

@@ -10,7 +10,8 @@ import (
 // Run acquires the lock at key for ttl (as [Locker.Acquire], waiting as opts say),
 // runs work while renewing it, and releases it afterwards, also when work panics.
 // The context work gets ends when ctx does or when the lock is lost; context.Cause
-// says which.
+// says which. Its Err reads the lock's clock as [Lock.Context]'s does: check it
+// right before each write the lock guards.
 //
 // Run returns ErrNotObtained (or the acquire's error) without running work, else
 // work's error. If work returned nil but the lock was lost before it did, Run
@@ -23,8 +24,9 @@ func (l *Locker) Run(ctx context.Context, key string, ttl time.Duration,
 	if err != nil {
 		return err
 	}
-	workCtx, cancel := context.WithCancelCause(ctx)
+	inner, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(lock.Context(), func() { cancel(context.Cause(lock.Context())) })
+	workCtx := &workContext{Context: inner, lock: lock.Context(), cancel: cancel}
 	defer func() {
 		stop()
 		cancel(nil)

@@ -2,7 +2,8 @@
 // (conformance/ADAPTER.md): one process is one actor of a scenario, speaking JSON
 // lines on stdin and stdout. It uses the client as its users do: a Locker on a
 // go-redis client, Acquire with a context it cancels for `cancel`, the lock's
-// context for the loss.
+// context for the loss, and for `check` the lock's Context().Err(), the check
+// docs/go-client.md shows before a write.
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"os"
 	"strconv"
@@ -42,6 +44,7 @@ type request struct {
 	Owner     *string  `json:"owner"`
 	Target    int64    `json:"target"`
 	TimeoutMs int64    `json:"timeout_ms"`
+	AfterMs   int64    `json:"after_ms"`
 }
 
 // failure is a request's error reply.
@@ -75,7 +78,7 @@ func main() {
 		"client":   "redis-lock (Go)",
 		"version":  "0.1.0",
 		"capabilities": []string{"module", "functions", "scripts", "force_backend", "cluster", "auth",
-			"owner", "shared", "limit", "wait", "wait_forever", "cancel", "extend", "info", "loss_events",
+			"owner", "shared", "limit", "wait", "wait_forever", "cancel", "extend", "info", "check", "loss_events",
 			"loss_cause"},
 		"constants": map[string]any{
 			"renewal_divisor":           redislock.RenewalDivisor,
@@ -185,7 +188,7 @@ func (a *adapter) handle(ctx context.Context, r *request) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		err = lock.Extend(ctx, time.Duration(r.TTLMs)*time.Millisecond)
+		err = lock.Extend(ctx, duration(r.TTLMs, "ttl_ms"))
 		if errors.Is(err, redislock.ErrNotHeld) {
 			return map[string]any{"extended": false}, nil
 		}
@@ -200,6 +203,23 @@ func (a *adapter) handle(ctx context.Context, r *request) (any, error) {
 			out["lost"], out["cause"] = true, cause
 		}
 		return out, nil
+	case "check":
+		lock, err := a.lock(r.Lock)
+		if err != nil {
+			return nil, err
+		}
+		// The check docs/go-client.md shows before a write, made from a timer as
+		// work under the lock reaches its write.
+		if r.AfterMs > 0 {
+			timer := time.NewTimer(duration(r.AfterMs, "after_ms"))
+			defer timer.Stop()
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return map[string]any{"held": lock.Context().Err() == nil}, nil
 	case "await_lost":
 		lock, err := a.lock(r.Lock)
 		if err != nil {
@@ -207,7 +227,7 @@ func (a *adapter) handle(ctx context.Context, r *request) (any, error) {
 		}
 		select {
 		case <-lock.Context().Done():
-		case <-time.After(time.Duration(r.TimeoutMs) * time.Millisecond):
+		case <-time.After(duration(r.TimeoutMs, "timeout_ms")):
 		}
 		if cause, lost := lossCause(lock); lost {
 			return map[string]any{"lost": true, "cause": cause}, nil
@@ -295,14 +315,14 @@ func (a *adapter) acquire(ctx context.Context, locker *redislock.Locker, r *requ
 	if r.Owner != nil {
 		opts = append(opts, redislock.WithOwner(*r.Owner))
 	}
-	ttl := time.Duration(r.TTLMs) * time.Millisecond
+	ttl := duration(r.TTLMs, "ttl_ms")
 	var lock *redislock.Lock
 	var err error
 	switch r.Wait {
 	case "", "none":
 		lock, err = locker.TryAcquire(ctx, r.Key, ttl, opts...)
 	case "ms":
-		opts = append(opts, redislock.WaitFor(time.Duration(r.WaitMs)*time.Millisecond))
+		opts = append(opts, redislock.WaitFor(duration(r.WaitMs, "wait_ms")))
 		lock, err = locker.Acquire(ctx, r.Key, ttl, opts...)
 	case "forever":
 		lock, err = locker.Acquire(ctx, r.Key, ttl, opts...)
@@ -320,6 +340,20 @@ func (a *adapter) acquire(ctx context.Context, locker *redislock.Locker, r *requ
 	a.mu.Unlock()
 	go a.watch(r.Lock, lock)
 	return map[string]any{"acquired": true, "token": strconv.FormatInt(lock.Token(), 10), "owner": lock.Owner()}, nil
+}
+
+// duration is ms milliseconds as a time.Duration, the unit of the client's API.
+// A Duration holds at most 2^63-1 ns (about 292 years, 9223372036854 ms), less than
+// the 2^62-1 ms the protocol allows: a longer value is sent as the longest
+// Duration, the longest TTL or wait a Go user can ask for (said on stderr), rather
+// than wrapping around to another value.
+func duration(ms int64, field string) time.Duration {
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		fmt.Fprintf(os.Stderr, "%s %d ms is beyond a time.Duration: sent as the longest one, %v\n", field, ms,
+			time.Duration(math.MaxInt64))
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // watch writes the `lost` event as soon as the lock's context says so.

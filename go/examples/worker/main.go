@@ -52,6 +52,9 @@ func main() {
 				if err != nil {
 					return err // ctx ends if the lock is lost: build stops early
 				}
+				if ctx.Err() != nil { // reads the lock's clock: checked right before the write
+					return context.Cause(ctx)
+				}
 				fresh, err := publish.Run(ctx, rdb, []string{"report:fence", "reports"},
 					lock.Token(), period, report).Int()
 				if err == nil && fresh == 1 {
