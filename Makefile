@@ -1,6 +1,7 @@
 # redis-lock: `make run` starts redis-server with the module; `make test` runs every test.
 # Both install what is missing (redis-server, redis-tools, libclang-dev, python3-venv,
-# prometheus-redis-exporter for the metrics test, dpkg-dev for make deb and its test)
+# prometheus-redis-exporter for the metrics test, dpkg-dev for make deb and its test,
+# postgresql for the fenced writes' tests, which start servers of their own)
 # when run as root, and otherwise say what to install; redis-py and the Python tools
 # go into the project's own virtual environment, target/venv.
 #
@@ -11,7 +12,7 @@
 
 CARGO     ?= cargo
 MODULE    := target/release/libredis_lock.so
-DEBS      := redis-server redis-tools redis-sentinel libclang-dev python3-venv prometheus-redis-exporter dpkg-dev
+DEBS      := redis-server redis-tools redis-sentinel libclang-dev python3-venv prometheus-redis-exporter dpkg-dev postgresql
 PYTHON    ?= python3
 VENV      := target/venv
 

@@ -12,6 +12,7 @@
 //! `REDIS_SERVER` picks another server binary (a Redis 7.2, 8.x or Valkey build);
 //! `REDIS_LOCK_MODULE` another module file.
 
+pub mod postgres;
 pub mod proxy;
 
 use std::path::{Path, PathBuf};

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Connection, Value};
+use redis_lock_testkit::postgres::Postgres;
 use redis_lock_testkit::proxy::Proxy;
 use redis_lock_testkit::{Cluster, Config, Server};
 use serde_json::{json, Map};
@@ -141,6 +142,23 @@ fn which(program: &str) -> Option<std::path::PathBuf> {
             .map(|dir| dir.join(program))
             .find(|path| path.exists())
     })
+}
+
+/// The table the adapters' fenced PostgreSQL writes go to (`fence_postgres`): one
+/// value per resource.
+pub const WRITES_TABLE: &str = "conformance_writes";
+
+/// A PostgreSQL server for the run, with the fence table (fence/postgresql/table.sql,
+/// as every client's helper expects it) and [`WRITES_TABLE`].
+pub fn start_postgres(root: &std::path::Path) -> Result<Postgres, String> {
+    let pg = Postgres::start()?;
+    let table = std::fs::read_to_string(root.join("fence/postgresql/table.sql"))
+        .map_err(|e| format!("fence/postgresql/table.sql: {e}"))?;
+    pg.sql(&table)?;
+    pg.sql(&format!(
+        "CREATE TABLE IF NOT EXISTS {WRITES_TABLE} (resource text PRIMARY KEY, value text NOT NULL)"
+    ))?;
+    Ok(pg)
 }
 
 /// The servers of one scenario run.
@@ -436,6 +454,11 @@ impl Env {
         self.proxy
             .as_ref()
             .ok_or_else(|| "no actor connects through the proxy".into())
+    }
+
+    /// The value of a data key (GET), on the harness's own connection.
+    pub fn get(&self, key: &str) -> Result<Option<String>, String> {
+        query(&mut self.admin(key)?, &["GET", key])
     }
 
     /// What the server says of the lock at `key`.

@@ -214,6 +214,13 @@ fn run() -> Result<bool, String> {
     } else {
         None
     };
+    // One PostgreSQL for the run's fenced writes, with the fence table and the table
+    // the adapters write to; each cell's rows are its own (named with its prefix).
+    let postgres = if scenarios.iter().any(|s| s.postgres) {
+        Some(env::start_postgres(&root)?)
+    } else {
+        None
+    };
 
     // The clients in turn, cell by cell: a client whose actors are slow to start (an
     // interpreter importing its libraries) has its cells spread over the whole run,
@@ -317,6 +324,7 @@ fn run() -> Result<bool, String> {
                                 .join(&scenario.name),
                             hostname: host.clone(),
                             turn: claim.as_ref(),
+                            postgres: postgres.as_ref(),
                         };
                         run_cell(&ctx, cell.backend, scenario, cluster.clone(), n)
                     }

@@ -33,6 +33,9 @@ pub struct Scenario {
     pub timing: bool,
     #[serde(default)]
     pub server: ServerSpec,
+    /// It writes to PostgreSQL: the actors' `open` names the run's server.
+    #[serde(default)]
+    pub postgres: bool,
     #[serde(default)]
     pub actors: BTreeMap<String, ActorSpec>,
     pub steps: Vec<Value>,
@@ -123,7 +126,9 @@ fn validate_steps(steps: &[Value]) -> Result<(), String> {
             .ok_or_else(|| format!("a step without op: {step}"))?;
         let needs: &[&str] = match op {
             "open" | "acquire" | "release" | "extend" | "token" | "await_lost" | "cancel"
-            | "info" | "check" | "close" => &["actor"],
+            | "info" | "check" | "guard" | "fence_postgres" | "close" => &["actor"],
+            "data" => &["key"],
+            "postgres" => &["resource"],
             "await" => &["request"],
             "await_event" | "no_event" => &["actor", "lock"],
             "sleep" => &["ms"],
@@ -170,6 +175,8 @@ pub struct Context<'a> {
     pub hostname: String,
     /// A timing cell's claim: its steps wait for their turn once the actors are open.
     pub turn: Option<&'a crate::slots::Claim<'a>>,
+    /// The run's PostgreSQL, for scenarios that write there.
+    pub postgres: Option<&'a redis_lock_testkit::postgres::Postgres>,
 }
 
 impl Context<'_> {
@@ -286,6 +293,10 @@ impl<'a> Run<'a> {
                 continue;
             }
             let mut fields = self.env.open_fields(spec.via.as_deref() == Some("proxy"))?;
+            if self.scenario.postgres {
+                let pg = self.ctx.postgres.ok_or("no PostgreSQL for the run")?;
+                fields.insert("postgres".into(), Value::from(pg.url()));
+            }
             if let Some(Value::Object(extra)) = &spec.open {
                 for (k, v) in extra {
                     fields.insert(k.clone(), v.clone());
@@ -350,7 +361,9 @@ impl<'a> Run<'a> {
         let op = text(&step, "op")?;
         match op.as_str() {
             "open" | "acquire" | "release" | "extend" | "token" | "await_lost" | "cancel"
-            | "info" | "check" | "close" => self.request(&op, &step),
+            | "info" | "check" | "guard" | "fence_postgres" | "close" => self.request(&op, &step),
+            "data" => self.data(&step),
+            "postgres" => self.postgres(&step),
             "await" => {
                 let name = text(&step, "request")?;
                 let reply = self.await_reply(&name, limit(&step, REPLY_LIMIT))?;
@@ -451,9 +464,9 @@ impl<'a> Run<'a> {
         for (field, value) in step {
             match field.as_str() {
                 "op" | "actor" | "name" | "background" | "expect" | "within_ms" => {}
-                "key" => {
-                    let key = value.as_str().ok_or("key is a string")?;
-                    fields.insert("key".into(), Value::String(self.env.key(key)));
+                "key" | "resource" => {
+                    let key = value.as_str().ok_or("a key is a string")?;
+                    fields.insert(field.clone(), Value::String(self.env.key(key)));
                 }
                 "target" => {
                     let target = value.as_str().ok_or("target names a request")?;
@@ -635,6 +648,45 @@ impl<'a> Run<'a> {
         if let Some(name) = step.get("name").and_then(Value::as_str) {
             self.marks.insert(name.to_string(), at);
         }
+        Ok(())
+    }
+
+    /// A data key's value as the server has it (GET on the harness's connection):
+    /// `expect` a string, or null for none.
+    fn data(&mut self, step: &Step) -> Result<(), String> {
+        let key = self.env.key(&text(step, "key")?);
+        let found = self.env.get(&key)?;
+        let want = step.get("expect").cloned().unwrap_or(Value::Null);
+        let found_value = found.clone().map_or(Value::Null, Value::String);
+        if found_value != want {
+            return Err(format!("data {key}: {found_value}, expected {want}"));
+        }
+        self.note(format!("data: {key} = {found_value}"));
+        Ok(())
+    }
+
+    /// A resource's value as PostgreSQL has it (the table the adapters' fenced
+    /// writes go to): `expect` a string, or null for no row.
+    fn postgres(&mut self, step: &Step) -> Result<(), String> {
+        let resource = self.env.key(&text(step, "resource")?);
+        let pg = self.ctx.postgres.ok_or("no PostgreSQL for the run")?;
+        let quoted = resource.replace('\'', "''");
+        let found = pg.sql(&format!(
+            "SELECT value FROM {} WHERE resource = '{quoted}'",
+            crate::env::WRITES_TABLE
+        ))?;
+        let found_value = if found.is_empty() {
+            Value::Null
+        } else {
+            Value::String(found)
+        };
+        let want = step.get("expect").cloned().unwrap_or(Value::Null);
+        if found_value != want {
+            return Err(format!(
+                "postgres {resource}: {found_value}, expected {want}"
+            ));
+        }
+        self.note(format!("postgres: {resource} = {found_value}"));
         Ok(())
     }
 
