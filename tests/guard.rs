@@ -435,28 +435,38 @@ fn replicas_and_the_aof_get_the_inner_commands_effects_never_the_check() {
 fn guarded_writes_in_one_exec_all_run_even_if_the_lock_lapses_meanwhile() {
     let server = Server::start();
     let mut con = server.connection();
-    let token = acquire(&mut con, "job", "a", 100).unwrap();
-    let (first, slept, second): (Value, Value, Value) = redis::pipe()
-        .atomic()
-        .cmd("LOCK.GUARD")
-        .arg("job")
-        .arg(token)
-        .arg(&["SET", "a", "1"])
-        .cmd("DEBUG")
-        .arg(&["SLEEP", "0.3"])
-        .cmd("LOCK.GUARD")
-        .arg("job")
-        .arg(token)
-        .arg(&["SET", "b", "1"])
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(
-        (first, slept, second),
-        (Value::Okay, Value::Okay, Value::Okay)
-    );
-    // After the EXEC the lock has lapsed: the next guarded write is refused.
-    let error = guard(&mut con, "job", token, &["SET", "c", "1"]).unwrap_err();
-    assert_eq!(code(&error), "FENCED", "{error}");
+    // A lock of 200 ms, then an EXEC that sleeps 0.4 s between its two guarded writes.
+    // Both run, or (on a machine so loaded that the EXEC came after the lapse) both
+    // are refused: never one without the other. Tried until both ran once.
+    let mut both_ran = false;
+    for round in 0..5 {
+        let key = format!("job{round}");
+        let token = acquire(&mut con, &key, "a", 200).unwrap();
+        let guarded = |out: &str| {
+            let mut cmd = redis::cmd("LOCK.GUARD");
+            cmd.arg(&key).arg(token).arg(&["SET", out, "1"]);
+            cmd
+        };
+        let _: () = query(&mut con, &["MULTI"]).unwrap();
+        let _: () = guarded("a").query(&mut con).unwrap();
+        let _: () = query(&mut con, &["DEBUG", "SLEEP", "0.4"]).unwrap();
+        let _: () = guarded("b").query(&mut con).unwrap();
+        let replies: Vec<Value> = query(&mut con, &["EXEC"]).unwrap();
+        let ok = |v: &Value| *v == Value::Okay;
+        let fenced = |v: &Value| matches!(v, Value::ServerError(e) if e.code() == "FENCED");
+        match replies.as_slice() {
+            [first, Value::Okay, second] if ok(first) && ok(second) => {
+                both_ran = true;
+                // After the EXEC the lock has lapsed: a guarded write is refused.
+                let error = guard(&mut con, &key, token, &["SET", "c", "1"]).unwrap_err();
+                assert_eq!(code(&error), "FENCED", "{error}");
+                break;
+            }
+            [first, Value::Okay, second] if fenced(first) && fenced(second) => continue,
+            other => panic!("one guarded write ran without the other: {other:?}"),
+        }
+    }
+    assert!(both_ran, "the EXEC never started while the lock was held");
 }
 
 #[test]
