@@ -2,9 +2,13 @@
 
 The harness of ``make conformance`` starts it once per actor
 (``target/venv/bin/python python/tests/conformance_adapter.py``) and drives it with
-JSON lines on stdin; it uses the client as its users do (the asyncio holders, their
-``on_lost`` callback, a cancelled task to cancel a wait) and says what the client
-answered on stdout. Not a test module itself (pytest collects ``test_*.py`` only).
+JSON lines on stdin; it uses the client as its users do and says what the client
+answered on stdout. Two registrations run it: ``python`` drives the asyncio holders
+(their ``on_lost`` callback, a cancelled task to cancel a wait), ``python-sync``
+(``--sync``) the threaded ones, a thread per request so that requests overlap as a
+user's threads would; the threaded API has no way to cancel a wait from another
+thread, so that one claims no ``cancel``. Not a test module itself (pytest collects
+``test_*.py`` only).
 """
 
 from __future__ import annotations
@@ -13,10 +17,16 @@ import asyncio
 import json
 import os
 import sys
+import threading
+import time
 from importlib import metadata
 from typing import Any, Union
+from urllib.parse import urlparse
 
+import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 import redis.exceptions
 
 from redis_lock_client import (
@@ -25,14 +35,22 @@ from redis_lock_client import (
     AsyncReadWriteLock,
     AsyncSemaphore,
     LibraryVersionError,
+    Lock,
     LockLostError,
     NoLockBackendError,
+    ReadLock,
+    ReadWriteLock,
+    Semaphore,
     _protocol,
     margin,
 )
 from redis_lock_client._detect import BackendName
 
-Holder = Union[AsyncLock, AsyncReadLock, AsyncSemaphore]
+AsyncHolder = Union[AsyncLock, AsyncReadLock, AsyncSemaphore]
+SyncHolder = Union[Lock, ReadLock, Semaphore]
+
+#: ``--sync``: drive the threaded API (the ``python-sync`` registration).
+SYNC = "--sync" in sys.argv[1:]
 
 
 class Failure(Exception):
@@ -43,30 +61,39 @@ class Failure(Exception):
         self.kind = kind
 
 
+_out = threading.Lock()
+
+
 def write(line: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(line) + "\n")
-    sys.stdout.flush()
+    text = json.dumps(line) + "\n"
+    with _out:  # whole lines, from any thread
+        sys.stdout.write(text)
+        sys.stdout.flush()
 
 
 def hello() -> dict[str, Any]:
     return {
         "hello": {
             "protocol": 1,
-            "client": "redis-lock-client (Python)",
+            "client": "redis-lock-client (Python, threads)"
+            if SYNC
+            else "redis-lock-client (Python)",
             "version": metadata.version("redis-lock-client"),
             "capabilities": [
                 "module",
                 "functions",
                 "scripts",
                 "force_backend",
+                "cluster",
                 "auth",
                 "shared",
                 "limit",
                 "wait",
                 "wait_forever",
-                "cancel",
+                *([] if SYNC else ["cancel"]),
                 "owner",
                 "info",
+                "check",
                 "loss_events",
             ],
             "constants": {
@@ -117,19 +144,56 @@ def field(request: dict[str, Any], name: str) -> Any:
     return request[name]
 
 
+def seeds(urls: list[str]) -> list[tuple[str, int]]:
+    """A Cluster's seed URLs as (host, port)."""
+    found = []
+    for url in urls:
+        parsed = urlparse(url)
+        found.append((parsed.hostname or "127.0.0.1", parsed.port or 6379))
+    return found
+
+
+def kind_of(request: dict[str, Any]) -> str:
+    kind = str(request.get("kind", "exclusive"))
+    if kind not in ("exclusive", "shared", "limit"):
+        raise Failure("bad_request", f"kind {kind!r}")
+    if "owner" in request and kind == "shared":
+        raise Failure("unsupported", "a read lock takes no owner of the caller's")
+    return kind
+
+
+def info_reply(found: dict[str, Any] | None) -> dict[str, Any]:
+    if found is None:
+        return {"info": None}
+    holders = [
+        {"owner": holder["owner"], "token": str(holder["token"])} for holder in found["holders"]
+    ]
+    return {"info": {"mode": found["mode"], "waiters": found["waiters"], "holders": holders}}
+
+
+def lost_event(name: str) -> Any:
+    def on_lost() -> None:
+        write({"event": "lost", "lock": name, "cause": "unknown", "message": "lock.lost"})
+
+    return on_lost
+
+
 class Adapter:
+    """The asyncio API: a task per request."""
+
     def __init__(self) -> None:
-        self.client: redis.asyncio.Redis | None = None
+        self.client: redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster | None = None
         self.backend: BackendName = None
-        self.locks: dict[str, Holder] = {}
+        self.locks: dict[str, AsyncHolder] = {}
+        self.inspectors: dict[str, AsyncLock] = {}
         self.waits: dict[int, asyncio.Task[dict[str, Any]]] = {}
 
-    def redis(self) -> redis.asyncio.Redis:
+    def redis(self) -> redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster:
         if self.client is None:
             raise Failure("bad_request", "open first")
         return self.client
 
-    def holder(self, request: dict[str, Any]) -> Holder:
+    def holder(self, request: dict[str, Any]) -> AsyncHolder:
         name = field(request, "lock")
         held = self.locks.get(name)
         if held is None:
@@ -157,6 +221,11 @@ class Adapter:
             except asyncio.TimeoutError:
                 return {"lost": False}
             return {"lost": True, "cause": "unknown"}
+        if op == "check":
+            held = self.holder(request)
+            await asyncio.sleep(request.get("after_ms", 0) / 1000)
+            # The check the docs show before a write under the lock.
+            return {"held": not held.lost.is_set()}
         if op == "cancel":
             task = self.waits.get(int(field(request, "target")))
             if task is not None and not task.done():
@@ -165,19 +234,27 @@ class Adapter:
                 await asyncio.wait([task])
             return {}
         if op == "info":
-            return await self.info(request)
+            key = field(request, "key")
+            inspector = self.inspectors.get(key)
+            if inspector is None:
+                inspector = AsyncLock(self.redis(), key, backend=self.backend)
+                self.inspectors[key] = inspector
+            return info_reply(await inspector.info())
         raise Failure("unsupported", f"no request {op!r}")
 
     async def open(self, request: dict[str, Any]) -> dict[str, Any]:
-        if "cluster" in request:
-            raise Failure("unsupported", "the client takes no cluster")
         backend = request.get("backend", "auto")
         self.backend = None if backend == "auto" else backend
-        self.client = redis.asyncio.Redis.from_url(
-            field(request, "url"),
-            username=request.get("username"),
-            password=request.get("password"),
-        )
+        auth: dict[str, Any] = {
+            "username": request.get("username"),
+            "password": request.get("password"),
+        }
+        if "cluster" in request:
+            node: Any = redis.asyncio.cluster.ClusterNode
+            nodes = [node(h, p) for h, p in seeds(request["cluster"])]
+            self.client = redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **auth)
+        else:
+            self.client = redis.asyncio.Redis.from_url(field(request, "url"), **auth)
         # The client probes on first use; a holder's probe is that first use.
         probe = AsyncLock(self.client, "conf:probe", backend=self.backend)
         found = await probe._probe()
@@ -187,27 +264,19 @@ class Adapter:
         name = field(request, "lock")
         key = field(request, "key")
         ttl = field(request, "ttl_ms") / 1000
-
-        def on_lost() -> None:
-            write({"event": "lost", "lock": name, "cause": "unknown", "message": "lock.lost"})
-
-        options: dict[str, Any] = {"on_lost": on_lost, "raise_on_lost": False}
-        kind = request.get("kind", "exclusive")
+        options: dict[str, Any] = {"on_lost": lost_event(name), "raise_on_lost": False}
+        kind = kind_of(request)
         if "owner" in request:
-            if kind == "shared":
-                raise Failure("unsupported", "a read lock takes no owner of the caller's")
             options["owner"] = field(request, "owner")
         client = self.redis()
-        held: Holder
+        held: AsyncHolder
         if kind == "exclusive":
             held = AsyncLock(client, key, ttl, backend=self.backend, **options)
         elif kind == "shared":
             held = AsyncReadWriteLock(client, key, ttl, backend=self.backend, **options).read()
-        elif kind == "limit":
+        else:
             permits = field(request, "limit")
             held = AsyncSemaphore(client, key, permits, ttl, backend=self.backend, **options)
-        else:
-            raise Failure("bad_request", f"kind {kind!r}")
         wait = request.get("wait", "none")
         if wait == "none":
             acquired = await held.acquire(blocking=False)
@@ -221,15 +290,6 @@ class Adapter:
             return {"acquired": False}
         self.locks[name] = held
         return {"acquired": True, "token": str(held.token), "owner": held.owner}
-
-    async def info(self, request: dict[str, Any]) -> dict[str, Any]:
-        found = await AsyncLock(self.redis(), field(request, "key"), backend=self.backend).info()
-        if found is None:
-            return {"info": None}
-        holders = [
-            {"owner": holder["owner"], "token": str(holder["token"])} for holder in found["holders"]
-        ]
-        return {"info": {"mode": found["mode"], "waiters": found["waiters"], "holders": holders}}
 
     async def answer(self, request_id: int, op: str, request: dict[str, Any]) -> None:
         try:
@@ -249,9 +309,125 @@ class Adapter:
                 }
             )
         except BaseException as error:
-            waiting = op == "acquire" and request.get("wait", "none") != "none"
-            failed = failure_of(error, waiting)
-            write({"id": request_id, "error": {"kind": failed.kind, "message": str(failed)}})
+            reply_error(request_id, op, request, error)
+
+
+def reply_error(request_id: int, op: str, request: dict[str, Any], error: BaseException) -> None:
+    waiting = op == "acquire" and request.get("wait", "none") != "none"
+    failed = failure_of(error, waiting)
+    write({"id": request_id, "error": {"kind": failed.kind, "message": str(failed)}})
+
+
+class SyncAdapter:
+    """The threaded API: a thread per request, as a user's threads would call it."""
+
+    def __init__(self) -> None:
+        self.client: redis.Redis | redis.cluster.RedisCluster | None = None
+        self.backend: BackendName = None
+        self.locks: dict[str, SyncHolder] = {}
+        self.inspectors: dict[str, Lock] = {}
+        self.guard = threading.Lock()
+
+    def redis(self) -> redis.Redis | redis.cluster.RedisCluster:
+        if self.client is None:
+            raise Failure("bad_request", "open first")
+        return self.client
+
+    def holder(self, request: dict[str, Any]) -> SyncHolder:
+        name = field(request, "lock")
+        with self.guard:
+            held = self.locks.get(name)
+        if held is None:
+            raise Failure("bad_request", f"no lock named {name!r}")
+        return held
+
+    def answer(self, request_id: int, op: str, request: dict[str, Any]) -> None:
+        try:
+            write({"id": request_id, "ok": self.handle(op, request)})
+        except BaseException as error:
+            reply_error(request_id, op, request, error)
+
+    def handle(self, op: str, request: dict[str, Any]) -> dict[str, Any]:
+        if op == "open":
+            return self.open(request)
+        if op == "acquire":
+            return self.acquire(request)
+        if op == "release":
+            return {"released": self.holder(request).release()}
+        if op == "token":
+            held = self.holder(request)
+            lost = held.lost.is_set()
+            reply: dict[str, Any] = {"token": str(held.token), "owner": held.owner, "lost": lost}
+            if lost:
+                reply["cause"] = "unknown"
+            return reply
+        if op == "await_lost":
+            held = self.holder(request)
+            if held.lost.wait(field(request, "timeout_ms") / 1000):
+                return {"lost": True, "cause": "unknown"}
+            return {"lost": False}
+        if op == "check":
+            held = self.holder(request)
+            time.sleep(request.get("after_ms", 0) / 1000)
+            # The check the docs show before a write under the lock.
+            return {"held": not held.lost.is_set()}
+        if op == "info":
+            key = field(request, "key")
+            with self.guard:
+                inspector = self.inspectors.get(key)
+                if inspector is None:
+                    inspector = Lock(self.redis(), key, backend=self.backend)
+                    self.inspectors[key] = inspector
+            return info_reply(inspector.info())
+        raise Failure("unsupported", f"no request {op!r}")
+
+    def open(self, request: dict[str, Any]) -> dict[str, Any]:
+        backend = request.get("backend", "auto")
+        self.backend = None if backend == "auto" else backend
+        auth: dict[str, Any] = {
+            "username": request.get("username"),
+            "password": request.get("password"),
+        }
+        if "cluster" in request:
+            node: Any = redis.cluster.ClusterNode
+            nodes = [node(h, p) for h, p in seeds(request["cluster"])]
+            self.client = redis.cluster.RedisCluster(startup_nodes=nodes, **auth)
+        else:
+            self.client = redis.Redis.from_url(field(request, "url"), **auth)
+        found = Lock(self.client, "conf:probe", backend=self.backend)._probe()
+        return {"backend": found.name}
+
+    def acquire(self, request: dict[str, Any]) -> dict[str, Any]:
+        name = field(request, "lock")
+        key = field(request, "key")
+        ttl = field(request, "ttl_ms") / 1000
+        options: dict[str, Any] = {"on_lost": lost_event(name), "raise_on_lost": False}
+        kind = kind_of(request)
+        if "owner" in request:
+            options["owner"] = field(request, "owner")
+        client = self.redis()
+        held: SyncHolder
+        if kind == "exclusive":
+            held = Lock(client, key, ttl, backend=self.backend, **options)
+        elif kind == "shared":
+            held = ReadWriteLock(client, key, ttl, backend=self.backend, **options).read()
+        else:
+            permits = field(request, "limit")
+            held = Semaphore(client, key, permits, ttl, backend=self.backend, **options)
+        wait = request.get("wait", "none")
+        if wait == "none":
+            acquired = held.acquire(blocking=False)
+        elif wait == "forever":
+            acquired = held.acquire()
+        elif wait == "ms":
+            acquired = held.acquire(timeout=field(request, "wait_ms") / 1000)
+        else:
+            raise Failure("bad_request", f"wait {wait!r}")
+        if not acquired:
+            return {"acquired": False}
+        with self.guard:
+            self.locks[name] = held
+        return {"acquired": True, "token": str(held.token), "owner": held.owner}
 
 
 async def main() -> None:
@@ -260,6 +436,7 @@ async def main() -> None:
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     adapter = Adapter()
+    threaded = SyncAdapter()
     running: set[asyncio.Task[None]] = set()
     while True:
         line = await reader.readline()
@@ -275,6 +452,11 @@ async def main() -> None:
         if op == "close":
             write({"id": request_id, "ok": {}})
             break
+        if SYNC:
+            threading.Thread(
+                target=threaded.answer, args=(request_id, op, request), daemon=True
+            ).start()
+            continue
         task = asyncio.ensure_future(adapter.answer(request_id, op, request))
         running.add(task)
         task.add_done_callback(running.discard)

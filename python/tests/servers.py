@@ -118,6 +118,61 @@ class RedisServer:
             self.process.wait()
 
 
+class RedisClusterServers:
+    """A Cluster of ``masters`` redis-servers of one kind (the module on every node,
+    or the library loaded on every master), made by ``redis-cli --cluster create``,
+    as the Go and Rust tests start theirs."""
+
+    def __init__(self, masters: int = 3, kind: str = "module") -> None:
+        settings: tuple[str, ...] = ("--cluster-enabled", "yes")
+        settings += ("--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+        self.nodes: list[RedisServer] = []
+        try:
+            for _ in range(masters):
+                self.nodes.append(RedisServer(kind=kind, extra=settings))
+            created = subprocess.run(
+                ["redis-cli", "--cluster", "create"]
+                + [f"127.0.0.1:{node.port}" for node in self.nodes]
+                + ["--cluster-replicas", "0", "--cluster-yes"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            if created.returncode != 0:
+                raise RuntimeError(f"redis-cli --cluster create failed: {created.stdout}")
+            wait_until(self._ok, 30)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _ok(self) -> bool:
+        for node in self.nodes:
+            raw: Any = node.client()
+            info: Any = raw.execute_command("CLUSTER", "INFO")
+            text = info.decode() if isinstance(info, bytes) else str(info)
+            if "cluster_state:ok" not in text:
+                return False
+        return True
+
+    def startup_nodes(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", node.port) for node in self.nodes]
+
+    def owner_of(self, key: str) -> RedisServer:
+        """The node that serves ``key``'s slot."""
+        first: Any = self.nodes[0].client()
+        slot = int(first.execute_command("CLUSTER", "KEYSLOT", key))
+        for node in self.nodes:
+            raw: Any = node.client()
+            for entry in raw.execute_command("CLUSTER", "SLOTS"):
+                if int(entry[0]) <= slot <= int(entry[1]) and int(entry[2][1]) == node.port:
+                    return node
+        raise AssertionError(f"no node serves {key!r}")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
 class BlackHoleProxy:
     """Forwards 127.0.0.1:``port`` to the server until :meth:`black_hole`, then
     swallows every byte both ways without closing anything, as a cut network does."""
@@ -129,12 +184,18 @@ class BlackHoleProxy:
         self.listener.listen(64)
         self.port: int = self.listener.getsockname()[1]
         self.holed = threading.Event()
+        self.replies_dropped = threading.Event()
         self.closed = threading.Event()
         self.sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def black_hole(self) -> None:
         self.holed.set()
+
+    def drop_replies(self) -> None:
+        """From now on what clients send reaches the server, which acts on it, and
+        its replies are swallowed (a lost reply)."""
+        self.replies_dropped.set()
 
     def _accept(self) -> None:
         while not self.closed.is_set():
@@ -147,6 +208,7 @@ class BlackHoleProxy:
             threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
 
     def _pump(self, a: socket.socket, b: socket.socket) -> None:
+        """``a`` the client's side, ``b`` the server's."""
         peers = {a: b, b: a}
         while not self.closed.is_set():
             try:
@@ -155,8 +217,9 @@ class BlackHoleProxy:
                     data = sock.recv(65536)
                     if not data:
                         return self._close_pair(a, b)
-                    if not self.holed.is_set():
-                        peers[sock].sendall(data)
+                    if self.holed.is_set() or (sock is b and self.replies_dropped.is_set()):
+                        continue
+                    peers[sock].sendall(data)
             except OSError:
                 return self._close_pair(a, b)
 

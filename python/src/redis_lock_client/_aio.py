@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import os
 import time
@@ -15,11 +14,13 @@ from typing import Any, Callable
 
 import redis.asyncio
 import redis.exceptions
+from redis.asyncio.cluster import RedisCluster
 
 from . import _io
 from ._backend import EXCLUSIVE, SHARED, Backend, Mode
 from ._detect import BackendName, check_backend_name
 from ._errors import LockLostError, backend_missing
+from ._held import AsyncMember, Holding, holding_for
 from ._holding import (
     CONTROL_LIMIT,
     RELEASE_LIMIT,
@@ -32,12 +33,101 @@ from ._holding import (
     wait_of,
     withdraw_limit,
 )
-from ._lease import Lease, retry_delay
+from ._lease import retry_delay
 
 log = logging.getLogger("redis_lock_client")
 
-#: on_lost coroutines still running (the event loop keeps only weak references).
-_callbacks: set[asyncio.Future[Any]] = set()
+
+class AsyncRenewal:
+    """Keeps one holding alive from a task of the holding's event loop (started at
+    the first renewal: a short holding costs no task), on a connection of its own
+    to the server of its key, and signals its loss at the lease's deadline."""
+
+    def __init__(self, client: Any, holding: Holding, loop: asyncio.AbstractEventLoop) -> None:
+        self.client = client
+        self.holding = holding
+        self.loop = loop
+        self.stopped = False
+        self.task: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.changed = asyncio.Event()
+
+    def start(self) -> None:
+        self.holding.renewer = self
+        lease = self.holding.lease
+        delay = max(min(lease.next_renewal(), lease.valid_until) - time.monotonic(), 0)
+        self.timer = self.loop.call_later(delay, self._start_task)
+
+    def _start_task(self) -> None:
+        self.timer = None
+        if not self.stopped:
+            self.task = self.loop.create_task(self._run())
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self.timer is not None:
+            self.timer.cancel()
+        task = self.task
+        if task is not None and task is not _current_task():
+            task.cancel()
+
+    def wake(self) -> None:
+        """The lease changed (another member's acquire): look at it again now."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self._start_task()
+        else:
+            self.changed.set()
+
+    async def _run(self) -> None:
+        holding, lease = self.holding, self.holding.lease
+        conn: _io.AsyncConnection | None = None
+        next_at = lease.next_renewal()
+        try:
+            while not self.stopped:
+                pause = max(min(next_at, lease.valid_until) - time.monotonic(), 0)
+                if pause > 0:
+                    self.changed.clear()
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self.changed.wait(), pause)
+                    if self.changed.is_set():
+                        next_at = min(next_at, lease.next_renewal())
+                        continue
+                start = time.monotonic()
+                if lease.is_lost(start):
+                    holding.lose("no renewal was acknowledged before the lease's deadline")
+                    return
+                # Bounded by what is left of the lease: a later answer keeps nothing.
+                limit = max(lease.remaining(start), 0.01)
+                try:
+                    if conn is None:
+                        conn = _io.connect_async(self.client, None, holding.key)
+                    write = holding.sending(lease.ttl, holding.ttl_ms, time.monotonic())
+                    extend = _io.run_async(
+                        holding.backend.extend(holding.key, holding.owner, holding.ttl_ms),
+                        _io.on_async(conn),
+                    )
+                    held = await asyncio.wait_for(extend, limit)
+                except Exception as error:
+                    await _disconnect(conn)
+                    conn = None
+                    log.warning("renewal of lock %r failed: %s", holding.key, error)
+                    next_at = time.monotonic() + retry_delay(lease.ttl)
+                    continue
+                if not held:
+                    holding.lose("a renewal found it gone (expired or deleted)")
+                    return
+                lease.answered(write, time.monotonic())
+                next_at = lease.next_renewal()
+        finally:
+            await _disconnect(conn)
+
+
+def _current_task() -> asyncio.Task[Any] | None:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
 
 
 class _AsyncHolder:
@@ -45,7 +135,7 @@ class _AsyncHolder:
 
     def __init__(
         self,
-        client: redis.asyncio.Redis,
+        client: redis.asyncio.Redis | RedisCluster,
         key: str,
         ttl: float,
         mode: Mode,
@@ -55,6 +145,7 @@ class _AsyncHolder:
         backend: BackendName = None,
         owner: str | None = None,
     ) -> None:
+        _io.check_client(client, asyncio_api=True)
         self._ttl_ms = check_ttl(ttl)
         self._given_owner = check_owner(owner)
         self._client = client
@@ -64,14 +155,8 @@ class _AsyncHolder:
         self._on_lost = on_lost
         self.raise_on_lost = raise_on_lost
         self._forced = check_backend_name(backend)
-        self._owner: str | None = None
-        self._token: int | None = None
-        self._lease: Lease | None = None
-        self._lost = asyncio.Event()
-        # The renewal task starts at the first renewal (a third of the TTL): a timer
-        # until then, so a short holding costs no task.
-        self._renewal_timer: asyncio.TimerHandle | None = None
-        self._renewer: asyncio.Task[None] | None = None
+        self._holding: Holding | None = None
+        self._member: AsyncMember | None = None
         self._backend: Backend | None = None
         self._conns: dict[float | None, _io.AsyncConnection] = {}
         # The process whose holding and connections these are (see ``Lock``).
@@ -81,22 +166,28 @@ class _AsyncHolder:
     def token(self) -> int | None:
         """The fencing token of the current holding; None when not held (also in a
         process forked from the holder: the holding is the parent's)."""
-        return self._token if self._pid == os.getpid() else None
+        holding = self._holding
+        return holding.token if holding is not None and self._pid == os.getpid() else None
 
     @property
     def owner(self) -> str | None:
-        return self._owner if self._pid == os.getpid() else None
+        holding = self._holding
+        return holding.owner if holding is not None and self._pid == os.getpid() else None
 
     @property
     def lost(self) -> asyncio.Event:
-        """Set when the current holding is lost (see ``Lock.lost``)."""
-        return self._lost
+        """Set when the current holding is lost (see ``Lock.lost``); check it right
+        before each write under the lock: ``if lock.lost.is_set(): ...``. Its
+        ``is_set()`` reads the clock itself, as ``Lock.lost``'s does."""
+        if self._member is None:  # nothing acquired yet: an event never set
+            self._member = AsyncMember(self._on_lost, self.key, None)
+        return self._member.lost
 
     def owned(self) -> bool:
-        lease = self._lease
-        if lease is None or self._pid != os.getpid():
+        holding = self._holding
+        if holding is None or self._pid != os.getpid():
             return False
-        return not lease.is_lost(time.monotonic())
+        return not holding.lease.is_lost(time.monotonic())
 
     def _forked(self) -> bool:
         """In a process forked from the holder, drops the parent's holding and
@@ -105,9 +196,8 @@ class _AsyncHolder:
         if self._pid == os.getpid():
             return False
         self._pid = os.getpid()
-        inherited = self._owner is not None
-        self._owner = self._token = self._lease = self._renewer = self._renewal_timer = None
-        self._lost = asyncio.Event()
+        inherited = self._holding is not None
+        self._holding = self._member = None
         # The parent's connections: forgotten, never written to here (closing one
         # here closes this process's descriptor only; the parent's stays open).
         self._conns = {}
@@ -117,13 +207,17 @@ class _AsyncHolder:
         """Takes the lock, waiting in the server's FIFO queue; True if granted. A
         cancellation during the wait leaves no queue place or holding behind."""
         self._forked()
-        if self._owner is not None:
+        if self._holding is not None:
             raise RuntimeError(f"lock {self.key!r} is already held by this object")
         wait_ms, read_limit = wait_of(blocking, timeout)
         backend = await self._probe()
         owner = self._given_owner or new_owner()
-        sent = time.monotonic()
+        loop = asyncio.get_running_loop()
+        holding = holding_for(_io.place_of(self._client, self.key), self.key, owner, loop)
+        member = self._member = AsyncMember(self._on_lost, self.key, loop)
+        joined = False
         try:
+            write = holding.sending(self.ttl, self._ttl_ms, time.monotonic())
             conn = self._conn(read_limit)
             token = await _io.run_async(
                 backend.acquire(self.key, owner, self._ttl_ms, self._mode, wait_ms),
@@ -131,19 +225,13 @@ class _AsyncHolder:
             )
             if token is None:
                 return False
-            lease = Lease(sent, self.ttl)
-            if granted_after_wait(sent, time.monotonic(), self.ttl):
-                lease = await self._refresh(backend, owner, lease)
-            self._owner, self._token, self._lease = owner, token, lease
-            self._lost = asyncio.Event()
-            self._renewal_timer = asyncio.get_running_loop().call_later(
-                max(lease.next_renewal() - time.monotonic(), 0),
-                self._start_renewer,
-                backend,
-                owner,
-                lease,
-                self._lost,
-            )
+            holding.lease.answered(write, time.monotonic())
+            if granted_after_wait(write.sent, time.monotonic(), self.ttl):
+                await self._refresh(backend, holding)
+            if holding.granted(member, token, backend):
+                AsyncRenewal(self._client, holding, loop).start()
+            self._holding = holding
+            joined = True
             return True
         except redis.exceptions.ResponseError as refusal:
             # A refusal (WRONGTYPE, a mode conflict, OOM).
@@ -152,56 +240,53 @@ class _AsyncHolder:
                 raise missing from refusal
             # Refused mid-wait (OOM when collecting a grant the library pushed):
             # the grant or the queue place must not outlive the refusal.
-            await self._withdraw(backend, owner, withdraw_limit(refusal))
+            if not holding.shared():
+                await self._withdraw(backend, owner, withdraw_limit(refusal))
             raise
         except BaseException as cut_short:
             # Cancelled or cut short before the caller learnt of a grant: drop the
-            # queue place with the connection, and end a grant by the fresh owner.
+            # queue place with the connection, and end a grant by the owner (not one
+            # that another lock object of this process holds as the same owner).
             await self._drop(read_limit)
-            if self._owner == owner:
-                self._forget()
-            await self._withdraw(backend, owner, withdraw_limit(cut_short))
+            if not holding.shared():
+                await self._withdraw(backend, owner, withdraw_limit(cut_short))
             told = unanswered(self.key, cut_short, wait_ms, read_limit)
             if told is cut_short:
                 raise
             raise told from cut_short
+        finally:
+            if not joined:
+                holding.not_granted()
 
-    async def _refresh(self, backend: Backend, owner: str, lease: Lease) -> Lease:
-        sent = time.monotonic()
+    async def _refresh(self, backend: Backend, holding: Holding) -> None:
+        """An extend right after a long wait: the lease counted from the wait's send."""
         try:
+            write = holding.sending(self.ttl, self._ttl_ms, time.monotonic())
             conn = self._conn(RELEASE_LIMIT)
-            extend = backend.extend(self.key, owner, self._ttl_ms)
+            extend = backend.extend(self.key, holding.owner, self._ttl_ms)
             if await _io.run_async(extend, _io.on_async(conn)):
-                return Lease(sent, self.ttl)
+                holding.lease.answered(write, time.monotonic())
         except redis.exceptions.RedisError:
             await self._drop(RELEASE_LIMIT)
-        return lease
 
     async def release(self) -> bool:
-        """Ends the holding; True if the server still had it. In a process forked
-        from the holder, nothing is sent and the answer is False."""
+        """Ends the holding; True if the server still had it. Other lock objects of
+        this process with the same owner are told they lost it (see
+        ``Lock.release``). In a process forked from the holder, nothing is sent and
+        the answer is False."""
         if self._forked():
             return False
-        owner, lease, backend = self._owner, self._lease, self._backend
-        if owner is None or lease is None or backend is None:
+        holding, backend, member = self._holding, self._backend, self._member
+        if holding is None or backend is None or member is None:
             raise RuntimeError(f"release of lock {self.key!r}, which this object does not hold")
-        self._forget()
+        self._holding = None
+        holding.released_by(member)
         try:
             conn = self._conn(RELEASE_LIMIT)
-            return await _io.run_async(backend.release(self.key, owner), _io.on_async(conn))
+            return await _io.run_async(backend.release(self.key, holding.owner), _io.on_async(conn))
         except BaseException:
             await self._drop(RELEASE_LIMIT)
             raise
-
-    def _forget(self) -> None:
-        """Stops renewing the holding and drops it locally."""
-        if self._renewal_timer is not None:
-            self._renewal_timer.cancel()
-        if self._renewer is not None:
-            self._renewer.cancel()
-        if self._lease is not None:
-            self._lease.end()
-        self._owner = self._token = self._lease = self._renewer = self._renewal_timer = None
 
     async def _withdraw(self, backend: Backend, owner: str, limit: float) -> None:
         try:
@@ -219,66 +304,17 @@ class _AsyncHolder:
     async def info(self) -> dict[str, Any] | None:
         """The server's view, as ``Lock.info``."""
         backend = await self._probe()
-        return await _io.run_async(backend.info(self.key), _io.on_client_async(self._client))
-
-    def _start_renewer(
-        self, backend: Backend, owner: str, lease: Lease, lost: asyncio.Event
-    ) -> None:
-        if self._owner == owner:
-            self._renewer = asyncio.ensure_future(self._renew(backend, owner, lease, lost))
-
-    async def _renew(self, backend: Backend, owner: str, lease: Lease, lost: asyncio.Event) -> None:
-        conn: _io.AsyncConnection | None = None
-        next_at = lease.next_renewal()
-        try:
-            while True:
-                await asyncio.sleep(max(min(next_at, lease.valid_until) - time.monotonic(), 0))
-                start = time.monotonic()
-                if lease.is_lost(start):
-                    return self._signal_lost(lease, lost, "no renewal acknowledged in time")
-                # Bounded by what is left of the lease: a later answer keeps nothing.
-                limit = max(lease.remaining(start), 0.01)
-                try:
-                    if conn is None:
-                        conn = _io.connect_async(self._client, None)
-                    sent = time.monotonic()
-                    extend = _io.run_async(
-                        backend.extend(self.key, owner, self._ttl_ms), _io.on_async(conn)
-                    )
-                    held = await asyncio.wait_for(extend, limit)
-                except Exception as error:
-                    await _disconnect(conn)
-                    conn = None
-                    log.warning("renewal of lock %r failed: %s", self.key, error)
-                    next_at = time.monotonic() + retry_delay(lease.ttl)
-                    continue
-                if not held:
-                    return self._signal_lost(lease, lost, "a renewal found it gone")
-                lease.renewed(sent, time.monotonic())
-                next_at = lease.next_renewal()
-        finally:
-            await _disconnect(conn)
-
-    def _signal_lost(self, lease: Lease, lost: asyncio.Event, why: str) -> None:
-        if not lease.end():
-            return
-        log.warning("lock %r lost: %s", self.key, why)
-        lost.set()
-        if self._on_lost is not None:
-            try:
-                outcome = self._on_lost()
-                if inspect.isawaitable(outcome):
-                    task = asyncio.ensure_future(outcome)
-                    _callbacks.add(task)
-                    task.add_done_callback(_callbacks.discard)
-            except Exception:
-                log.exception("the on_lost callback of lock %r raised", self.key)
+        call = _io.on_client_async(self._client, self.key)
+        return await _io.run_async(backend.info(self.key), call)
 
     async def _probe(self) -> Backend:
         if self._backend is None or _io.stale(self._backend):
             try:
+                await _io.ready_async(self._client)
                 call = _io.on_async(self._conn(CONTROL_LIMIT))
-                self._backend = await _io.backend_for_async(self._client, call, self._forced)
+                self._backend = await _io.backend_for_async(
+                    self._client, call, self.key, self._forced
+                )
             except BaseException:
                 await self._drop(CONTROL_LIMIT)
                 raise
@@ -288,7 +324,7 @@ class _AsyncHolder:
         self._forked()
         conn = self._conns.get(read_limit)
         if conn is None:
-            conn = _io.connect_async(self._client, read_limit)
+            conn = _io.connect_async(self._client, read_limit, self.key)
             self._conns[read_limit] = conn
         return conn
 
@@ -297,7 +333,7 @@ class _AsyncHolder:
 
     async def aclose(self) -> None:
         """Closes the holder's own connections (a held lock is released first)."""
-        if self._owner is not None:
+        if self._holding is not None:
             await self.release()
         for limit in list(self._conns):
             await self._drop(limit)
@@ -314,8 +350,8 @@ class _AsyncHolder:
     ) -> None:
         if self._forked():
             return  # the parent's holding: the parent releases it
-        held = self._owner is not None
-        was_lost = held and (self._lost.is_set() or not self.owned())
+        held = self._holding is not None
+        was_lost = held and (self.lost.is_set() or not self.owned())
         if held:
             try:
                 await asyncio.wait_for(self.release(), RELEASE_LIMIT)
@@ -340,7 +376,7 @@ class AsyncLock(_AsyncHolder):
 
     def __init__(
         self,
-        client: redis.asyncio.Redis,
+        client: redis.asyncio.Redis | RedisCluster,
         key: str,
         ttl: float = 30.0,
         *,
@@ -370,7 +406,7 @@ class AsyncSemaphore(_AsyncHolder):
 
     def __init__(
         self,
-        client: redis.asyncio.Redis,
+        client: redis.asyncio.Redis | RedisCluster,
         key: str,
         permits: int,
         ttl: float = 30.0,
@@ -411,7 +447,7 @@ class AsyncReadWriteLock:
 
     def __init__(
         self,
-        client: redis.asyncio.Redis,
+        client: redis.asyncio.Redis | RedisCluster,
         key: str,
         ttl: float = 30.0,
         *,

@@ -32,10 +32,16 @@ def unanswered(
     """What an acquire cut short by ``error`` raises: a wait the server left
     unanswered past its timeout and the margin says so (a hung server, a cut
     network), still as redis-py's ``TimeoutError``; anything else as it came."""
-    if not wait_ms or read_limit is None:
+    if wait_ms is None:
         return error
     if not isinstance(error, (redis.exceptions.TimeoutError, TimeoutError)):
         return error
+    if wait_ms == 0 or read_limit is None:
+        return redis.exceptions.TimeoutError(
+            f"lock {key!r}: a call of the wait (each has a bound: its place's renewal in "
+            f"the server's queue, its blocking pop) got no answer in time ({error}): the "
+            "server or the network hangs"
+        )
     return redis.exceptions.TimeoutError(
         f"lock {key!r}: the server did not answer the wait within {read_limit:.3f} s "
         f"(its timeout and a {WAIT_MARGIN} s margin): the server or the network hangs"

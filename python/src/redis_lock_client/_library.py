@@ -54,12 +54,22 @@ def check_version(reply: Any) -> None:
         raise LibraryVersionError(found, MIN_LIBRARY_VERSION, LIBRARY_VERSION)
 
 
-def _bound(deadline: float | None) -> float | None:
-    """How long a step of a wait may take: until its deadline and the margin for
-    the reply's way back, so a server that hangs mid-wait cannot stretch it."""
+def _bound(deadline: float | None) -> float:
+    """How long a call of a wait may take: until its deadline and the margin for
+    the reply's way back, so a server that hangs mid-wait cannot stretch it. A wait
+    without a deadline bounds each call as an acquire that does not wait: a dead
+    path then ends the wait with an error, instead of hanging while its place lapses
+    in the server."""
     if deadline is None:
-        return None
+        return CONTROL_LIMIT
     return max(deadline + WAIT_MARGIN - time.monotonic(), 0.01)
+
+
+def _block_bound(block_ms: int) -> float:
+    """How long a ``BLPOP`` of ``block_ms`` in a wait without a deadline may take:
+    the server answers it when the block ends (at most a place's lease, 2 s), so
+    its time and the margin for the reply's way back."""
+    return block_ms / 1000 + WAIT_MARGIN
 
 
 class _Library:
@@ -99,8 +109,9 @@ class _Library:
             # whether the owner holds: the popped value is not trusted alone.
             # At least 2 ms: Redis 6.2 turns `BLPOP list 0.001` into 0, which blocks
             # without limit (it multiplies the seconds by 1000 in floating point).
-            seconds = f"{max(block, 2) / 1000:.3f}"
-            yield Step(("BLPOP", grants, seconds), _bound(deadline))
+            block = max(block, 2)
+            bound = _block_bound(block) if deadline is None else _bound(deadline)
+            yield Step(("BLPOP", grants, f"{block / 1000:.3f}"), bound)
 
     def release(self, key: str, owner: str) -> Generator[Step, Any, bool]:
         reply = yield from self.call("lock_release", (key,), owner)

@@ -10,6 +10,8 @@ from typing import Any, Callable, TypeVar, overload
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 
 from ._aio import AsyncLock
 from ._detect import BackendName
@@ -22,7 +24,7 @@ R = TypeVar("R")
 
 @overload
 def only_one(
-    client: redis.asyncio.Redis,
+    client: redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster,
     key: str,
     ttl: float = 30.0,
     *,
@@ -34,7 +36,7 @@ def only_one(
 
 @overload
 def only_one(
-    client: redis.Redis,
+    client: redis.Redis | redis.cluster.RedisCluster,
     key: str,
     ttl: float = 30.0,
     *,
@@ -45,7 +47,10 @@ def only_one(
 
 
 def only_one(
-    client: redis.Redis | redis.asyncio.Redis,
+    client: redis.Redis
+    | redis.cluster.RedisCluster
+    | redis.asyncio.Redis
+    | redis.asyncio.cluster.RedisCluster,
     key: str,
     ttl: float = 30.0,
     *,
@@ -68,8 +73,10 @@ def only_one(
     def decorate(job: Callable[..., Any]) -> Callable[..., Any]:
         blocking = wait is not None
         if inspect.iscoroutinefunction(job):
-            if not isinstance(client, redis.asyncio.Redis):
-                raise TypeError("an async function needs a redis.asyncio.Redis client")
+            if not isinstance(client, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster)):
+                raise TypeError(
+                    "an async function needs a redis.asyncio.Redis (or asyncio RedisCluster) client"
+                )
             aclient = client
 
             @functools.wraps(job)
@@ -85,8 +92,8 @@ def only_one(
                     await lock.aclose()
 
             return run_async
-        if not isinstance(client, redis.Redis):
-            raise TypeError("a plain function needs a redis.Redis client")
+        if not isinstance(client, (redis.Redis, redis.cluster.RedisCluster)):
+            raise TypeError("a plain function needs a redis.Redis (or RedisCluster) client")
         sclient = client
 
         @functools.wraps(job)

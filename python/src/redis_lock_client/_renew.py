@@ -17,84 +17,67 @@ import math
 import os
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
-import redis
 from redis.connection import AbstractConnection
 
 from . import _io
-from ._backend import Backend
-from ._lease import Lease, retry_delay
+from ._held import Holding
+from ._lease import retry_delay
 
 log = logging.getLogger("redis_lock_client")
 
+#: The longest the scheduler sleeps at once (it looks again after).
+LONGEST_PAUSE = 3600.0
+
 
 class Renewal:
-    """Keeps one holding alive and signals its loss."""
+    """Keeps one holding alive (on a connection of its own to the server of its
+    key) and signals its loss at the lease's deadline."""
 
-    def __init__(
-        self,
-        client: redis.Redis,
-        backend: Backend,
-        key: str,
-        owner: str,
-        ttl_ms: int,
-        lease: Lease,
-        lost: threading.Event,
-        on_lost: Callable[[], Any] | None,
-    ) -> None:
+    def __init__(self, client: Any, holding: Holding) -> None:
         self.client = client
-        self.backend = backend
-        self.key = key
-        self.owner = owner
-        self.ttl_ms = ttl_ms
-        self.lease = lease
-        self.lost = lost
-        self.on_lost = on_lost
+        self.holding = holding
+        self.key = holding.key
         self.stopped = False
         self.busy = False
-        self.next = lease.next_renewal()
+        self.next = holding.lease.next_renewal()
         # The earliest time the scheduler will call ``due``; guarded by its lock.
         self.wake_at = math.inf
         self.conn: AbstractConnection | None = None
         self.conn_limit = 0.0
 
+    def start(self) -> None:
+        self.holding.renewer = self
+        self.wake()
+
     def stop(self) -> None:
         """No renewal after this; one under way finishes within its bound."""
         self.stopped = True
 
+    def wake(self) -> None:
+        """The lease changed (another member's acquire): the next renewal and the
+        deadline are looked at again."""
+        lease = self.holding.lease
+        if not self.busy:
+            self.next = lease.next_renewal()
+        SCHEDULER.add(self, min(self.next, lease.valid_until))
+
     def due(self, now: float) -> float | None:
         """Called by the scheduler; the next time it wants to be called, or None."""
+        lease = self.holding.lease
         if self.stopped:
             self._close()
             return None
-        if self.lease.is_lost(now):
-            self.signal_lost("no renewal was acknowledged before the lease's deadline")
+        if lease.is_lost(now):
+            self.holding.lose("no renewal was acknowledged before the lease's deadline")
             return None
         if not self.busy and now >= self.next:
             self.busy = True
             threading.Thread(target=self._renew, name="redis-lock-renew", daemon=True).start()
         if self.busy:
-            return self.lease.valid_until
-        return min(self.next, self.lease.valid_until)
-
-    def signal_lost(self, why: str) -> None:
-        if self.stopped or not self.lease.end():
-            return
-        self.stopped = True
-        log.warning("lock %r lost (owner %s): %s", self.key, self.owner, why)
-        self.lost.set()
-        if self.on_lost is not None:
-            callback = threading.Thread(target=self._call_on_lost, name="redis-lock-on-lost")
-            callback.daemon = True
-            callback.start()
-
-    def _call_on_lost(self) -> None:
-        try:
-            if self.on_lost is not None:
-                self.on_lost()
-        except Exception:
-            log.exception("the on_lost callback of lock %r raised", self.key)
+            return lease.valid_until
+        return min(self.next, lease.valid_until)
 
     def _renew(self) -> None:
         try:
@@ -104,32 +87,34 @@ class Renewal:
             if self.stopped:
                 self._close()
             else:
-                SCHEDULER.add(self, min(self.next, self.lease.valid_until))
+                SCHEDULER.add(self, min(self.next, self.holding.lease.valid_until))
 
     def _renew_once(self) -> None:
+        holding, lease = self.holding, self.holding.lease
         start = time.monotonic()
-        limit = max(self.lease.remaining(start), 0.01)
+        limit = max(lease.remaining(start), 0.01)
         try:
             # A connection whose bound is longer than what is left of the lease could
             # answer after the deadline: open one with the shorter bound.
             if self.conn is None or self.conn_limit > limit:
                 self._close()
-                self.conn = _io.connect(self.client, limit)
+                self.conn = _io.connect(self.client, limit, self.key)
                 self.conn_limit = limit
-            sent = time.monotonic()
+            write = holding.sending(lease.ttl, holding.ttl_ms, time.monotonic())
             held = _io.run_sync(
-                self.backend.extend(self.key, self.owner, self.ttl_ms), _io.on(self.conn)
+                holding.backend.extend(self.key, holding.owner, holding.ttl_ms),
+                _io.on(self.conn),
             )
         except Exception as error:
             self._close()
             log.warning("renewal of lock %r failed: %s", self.key, error)
-            self.next = time.monotonic() + retry_delay(self.lease.ttl)
+            self.next = time.monotonic() + retry_delay(lease.ttl)
             return
         if not held:
-            self.signal_lost("a renewal found it gone (expired or deleted)")
+            holding.lose("a renewal found it gone (expired or deleted)")
             return
-        self.lease.renewed(sent, time.monotonic())
-        self.next = self.lease.next_renewal()
+        lease.answered(write, time.monotonic())
+        self.next = lease.next_renewal()
 
     def _close(self) -> None:
         conn, self.conn = self.conn, None
@@ -164,7 +149,9 @@ class _Scheduler:
             with self._cond:
                 now = time.monotonic()
                 while not self._heap or self._heap[0][0] > now:
-                    pause = self._heap[0][0] - now if self._heap else None
+                    # Capped: a TTL of years would put the next call past what a
+                    # thread's wait takes (OverflowError), killing the scheduler.
+                    pause = min(self._heap[0][0] - now, LONGEST_PAUSE) if self._heap else None
                     self._cond.wait(pause)
                     now = time.monotonic()
                 when, _, renewal = heapq.heappop(self._heap)

@@ -11,12 +11,14 @@ from typing import Any, Callable
 
 import redis
 import redis.exceptions
+from redis.cluster import RedisCluster
 from redis.connection import AbstractConnection
 
 from . import _io
 from ._backend import EXCLUSIVE, SHARED, Backend, Mode
 from ._detect import BackendName, check_backend_name
 from ._errors import LockLostError, backend_missing
+from ._held import Holding, Member, holding_for
 from ._holding import (
     CONTROL_LIMIT,
     RELEASE_LIMIT,
@@ -29,8 +31,7 @@ from ._holding import (
     wait_of,
     withdraw_limit,
 )
-from ._lease import Lease
-from ._renew import SCHEDULER, Renewal
+from ._renew import Renewal
 
 log = logging.getLogger("redis_lock_client")
 
@@ -40,7 +41,7 @@ class _Holder:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: redis.Redis | RedisCluster,
         key: str,
         ttl: float,
         mode: Mode,
@@ -50,6 +51,7 @@ class _Holder:
         backend: BackendName = None,
         owner: str | None = None,
     ) -> None:
+        _io.check_client(client, asyncio_api=False)
         self._ttl_ms = check_ttl(ttl)
         self._given_owner = check_owner(owner)
         self._client = client
@@ -59,10 +61,8 @@ class _Holder:
         self._on_lost = on_lost
         self.raise_on_lost = raise_on_lost
         self._forced = check_backend_name(backend)
-        self._owner: str | None = None
-        self._token: int | None = None
-        self._lost = threading.Event()
-        self._renewal: Renewal | None = None
+        self._holding: Holding | None = None
+        self._member = Member(on_lost, key)
         self._backend: Backend | None = None
         # The holder's own connections, kept between acquires; each is bounded as
         # its use needs (``_conns[limit]``): a wait's read by the wait, a release's
@@ -77,26 +77,38 @@ class _Holder:
     def token(self) -> int | None:
         """The fencing token of the current holding; None when not held (also in a
         process forked from the holder: the holding is the parent's)."""
-        return self._token if self._pid == os.getpid() else None
+        holding = self._holding
+        return holding.token if holding is not None and self._pid == os.getpid() else None
 
     @property
     def owner(self) -> str | None:
-        """The owner id of the current holding (fresh for every acquire)."""
-        return self._owner if self._pid == os.getpid() else None
+        """The owner id of the current holding (fresh for every acquire, unless
+        ``owner=`` names one)."""
+        holding = self._holding
+        return holding.owner if holding is not None and self._pid == os.getpid() else None
 
     @property
     def lost(self) -> threading.Event:
         """Set when the current holding is lost: a renewal found it gone, or no
         renewal was acknowledged before the lease's local deadline (a margin before
-        the server could grant it to anyone else). A fresh event per acquire."""
-        return self._lost
+        the server could grant it to anyone else). A fresh event per acquire.
+
+        Check it right before each write under the lock::
+
+            if lock.lost.is_set():
+                raise LockLostError(lock.key)
+            write(fence=lock.token)
+
+        ``is_set()`` reads the clock itself: past the deadline it says True even if
+        the thread that keeps time has not run yet (after a pause of the process)."""
+        return self._member.lost
 
     def owned(self) -> bool:
         """True while this object holds the lock and its lease has not run out."""
-        renewal = self._renewal
-        if renewal is None or self._pid != os.getpid():
+        holding = self._holding
+        if holding is None or self._pid != os.getpid():
             return False
-        return not renewal.lease.is_lost(time.monotonic())
+        return not holding.lease.is_lost(time.monotonic())
 
     def _forked(self) -> bool:
         """In a process forked from the one that used this object last, drops what
@@ -107,11 +119,12 @@ class _Holder:
         if self._pid == os.getpid():
             return False
         self._pid = os.getpid()
-        inherited = self._owner is not None
-        # The renewal and its lease are the parent's objects: not stopped or ended
-        # from here (the copies would change nothing there, and nothing renews here).
-        self._owner = self._token = self._renewal = None
-        self._lost = threading.Event()
+        inherited = self._holding is not None
+        # The holding, its renewal and lease are the parent's objects: not stopped or
+        # ended from here (the copies would change nothing there, and nothing renews
+        # here).
+        self._holding = None
+        self._member = Member(self._on_lost, self.key)
         conns, self._conns = self._conns, {}
         for conn in conns.values():
             _io.disconnect(conn)
@@ -121,23 +134,29 @@ class _Holder:
         """Takes the lock, waiting in the server's FIFO queue as ``threading.Lock``
         would (``timeout`` None or -1: without limit); True if granted."""
         self._forked()
-        if self._owner is not None:
+        if self._holding is not None:
             raise RuntimeError(f"lock {self.key!r} is already held by this object")
         wait_ms, read_limit = wait_of(blocking, timeout)
         backend = self._probe()
         owner = self._given_owner or new_owner()
-        sent = time.monotonic()
+        holding = holding_for(_io.place_of(self._client, self.key), self.key, owner, "threads")
+        member = self._member = Member(self._on_lost, self.key)
+        joined = False
         try:
+            write = holding.sending(self.ttl, self._ttl_ms, time.monotonic())
             conn = self._conn(read_limit)
             token = _io.run_sync(
                 backend.acquire(self.key, owner, self._ttl_ms, self._mode, wait_ms), _io.on(conn)
             )
             if token is None:
                 return False
-            lease = Lease(sent, self.ttl)
-            if granted_after_wait(sent, time.monotonic(), self.ttl):
-                lease = self._refresh(backend, owner, lease)
-            self._held(backend, owner, token, lease)
+            holding.lease.answered(write, time.monotonic())
+            if granted_after_wait(write.sent, time.monotonic(), self.ttl):
+                self._refresh(backend, holding)
+            if holding.granted(member, token, backend):
+                Renewal(self._client, holding).start()
+            self._holding = holding
+            joined = True
             return True
         except redis.exceptions.ResponseError as refusal:
             # A refusal (WRONGTYPE, a mode conflict, OOM).
@@ -146,68 +165,59 @@ class _Holder:
                 raise missing from refusal
             # Refused mid-wait (OOM when collecting a grant the library pushed):
             # the grant or the queue place must not outlive the refusal.
-            self._withdraw(backend, owner, withdraw_limit(refusal))
+            if not holding.shared():
+                self._withdraw(backend, owner, withdraw_limit(refusal))
             raise
         except BaseException as cut_short:
             # Cut short (an interrupt, a timeout, a dead connection) before the
             # caller learnt of a grant: the server may have granted it, or still
             # queue it. Closing the connection drops a queued waiter; a release by
-            # the fresh owner ends a grant.
+            # the owner ends a grant (not one that another lock object of this
+            # process holds as the same owner: this acquire only refreshed it).
             self._drop(read_limit)
-            if self._owner == owner:
-                self._forget()
-            self._withdraw(backend, owner, withdraw_limit(cut_short))
+            if not holding.shared():
+                self._withdraw(backend, owner, withdraw_limit(cut_short))
             told = unanswered(self.key, cut_short, wait_ms, read_limit)
             if told is cut_short:
                 raise
             raise told from cut_short
+        finally:
+            if not joined:
+                holding.not_granted()
 
-    def _held(self, backend: Backend, owner: str, token: int, lease: Lease) -> None:
-        self._owner = owner
-        self._token = token
-        self._lost = threading.Event()
-        self._renewal = Renewal(
-            self._client, backend, self.key, owner, self._ttl_ms, lease, self._lost, self._on_lost
-        )
-        SCHEDULER.add(self._renewal, min(lease.next_renewal(), lease.valid_until))
-
-    def _refresh(self, backend: Backend, owner: str, lease: Lease) -> Lease:
-        sent = time.monotonic()
+    def _refresh(self, backend: Backend, holding: Holding) -> None:
+        """An extend right after a long wait: the lease counted from the wait's send."""
         try:
+            write = holding.sending(self.ttl, self._ttl_ms, time.monotonic())
             conn = self._conn(RELEASE_LIMIT)
-            if _io.run_sync(backend.extend(self.key, owner, self._ttl_ms), _io.on(conn)):
-                return Lease(sent, self.ttl)
+            if _io.run_sync(backend.extend(self.key, holding.owner, self._ttl_ms), _io.on(conn)):
+                holding.lease.answered(write, time.monotonic())
         except redis.exceptions.RedisError:
             self._drop(RELEASE_LIMIT)
-        return lease
 
     def release(self) -> bool:
         """Ends the holding; True if the server still had it (False: it had been
-        lost). ``RuntimeError`` if this object holds nothing. In a process forked
-        from the holder, nothing is sent and the answer is False: the holding is
-        the parent's, which goes on holding and renewing it."""
+        lost). ``RuntimeError`` if this object holds nothing. Other lock objects of
+        this process with the same owner shared the holding: it ends for them too,
+        and they are told so (``lost``). In a process forked from the holder,
+        nothing is sent and the answer is False: the holding is the parent's, which
+        goes on holding and renewing it."""
         if self._forked():
             log.debug(
                 "release of lock %r in a forked process: the holding is its parent's", self.key
             )
             return False
-        owner, renewal, backend = self._owner, self._renewal, self._backend
-        if owner is None or renewal is None or backend is None:
+        holding, backend = self._holding, self._backend
+        if holding is None or backend is None:
             raise RuntimeError(f"release of lock {self.key!r}, which this object does not hold")
-        self._forget()
+        self._holding = None
+        holding.released_by(self._member)
         try:
             conn = self._conn(RELEASE_LIMIT)
-            return _io.run_sync(backend.release(self.key, owner), _io.on(conn))
+            return _io.run_sync(backend.release(self.key, holding.owner), _io.on(conn))
         except BaseException:
             self._drop(RELEASE_LIMIT)
             raise
-
-    def _forget(self) -> None:
-        """Stops renewing the holding and drops it locally."""
-        if self._renewal is not None:
-            self._renewal.stop()
-            self._renewal.lease.end()
-        self._owner = self._token = self._renewal = None
 
     def _withdraw(self, backend: Backend, owner: str, limit: float) -> None:
         try:
@@ -225,13 +235,13 @@ class _Holder:
         """The server's view: ``{"mode", "waiters", "holders": [{"owner", "ttl",
         "token"}]}`` (ttl in seconds), or None when nothing is held."""
         backend = self._probe()
-        return _io.run_sync(backend.info(self.key), _io.on_client(self._client))
+        return _io.run_sync(backend.info(self.key), _io.on_client(self._client, self.key))
 
     def _probe(self) -> Backend:
         if self._backend is None or _io.stale(self._backend):
             try:
                 call = _io.on(self._conn(CONTROL_LIMIT))
-                self._backend = _io.backend_for(self._client, call, self._forced)
+                self._backend = _io.backend_for(self._client, call, self.key, self._forced)
             except BaseException:
                 self._drop(CONTROL_LIMIT)
                 raise
@@ -243,7 +253,7 @@ class _Holder:
         if conn is None:
             if len(self._conns) >= 4:  # waits of many different timeouts
                 self._close()
-            conn = _io.connect(self._client, read_limit)
+            conn = _io.connect(self._client, read_limit, self.key)
             self._conns[read_limit] = conn
         return conn
 
@@ -258,7 +268,7 @@ class _Holder:
         """Closes the holder's own connections (a held lock is released first)."""
         if self._forked():
             return
-        if self._owner is not None:
+        if self._holding is not None:
             self.release()
         self._close()
 
@@ -274,8 +284,8 @@ class _Holder:
     ) -> None:
         if self._forked():
             return  # the parent's holding: the parent releases it
-        held = self._owner is not None
-        was_lost = held and (self._lost.is_set() or not self.owned())
+        held = self._holding is not None
+        was_lost = held and (self.lost.is_set() or not self.owned())
         if held:
             try:
                 self.release()
@@ -286,9 +296,11 @@ class _Holder:
             raise LockLostError(self.key)
 
     def __del__(self) -> None:
-        renewal = getattr(self, "_renewal", None)
-        if renewal is not None:
-            renewal.stop()
+        holding = getattr(self, "_holding", None)
+        if holding is not None and getattr(self, "_pid", None) == os.getpid():
+            # Dropped while held: nobody will release it, and nobody hears of its
+            # loss; the renewal stops with the last member, and the TTL ends it.
+            holding.left_by(self._member)
         if hasattr(self, "_conns"):
             self._close()
 
@@ -312,7 +324,7 @@ class Lock(_Holder):
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: redis.Redis | RedisCluster,
         key: str,
         ttl: float = 30.0,
         *,
@@ -347,7 +359,7 @@ class Semaphore(_Holder):
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: redis.Redis | RedisCluster,
         key: str,
         permits: int,
         ttl: float = 30.0,
@@ -395,7 +407,7 @@ class ReadWriteLock:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: redis.Redis | RedisCluster,
         key: str,
         ttl: float = 30.0,
         *,
