@@ -78,6 +78,7 @@ fn hello() -> Value {
         "cancel",
         "extend",
         "info",
+        "check",
         "loss_events",
         "loss_cause",
     ];
@@ -235,6 +236,15 @@ impl Adapter {
                     Ok(()) => Ok(json!({"lost": true, "cause": cause_name(signal.cause())})),
                     Err(_) => Ok(json!({"lost": false})),
                 }
+            }
+            "check" => {
+                // Work under the lock reaching its write: a tokio sleep, then the
+                // check the docs show before a write (`lost.check()?`), which reads
+                // the clock when it is made.
+                let lost = self.held(&fields)?.signal();
+                let after = fields.get("after_ms").and_then(Value::as_u64).unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(after)).await;
+                Ok(json!({"held": lost.check().is_ok()}))
             }
             "cancel" => {
                 let target = fields.get("target").and_then(Value::as_u64).unwrap_or(0);

@@ -60,7 +60,10 @@ pub trait LockCommands: ConnectionLike + Sized {
     /// if it got one. A request that cannot be answered is withdrawn (its fresh
     /// owner released on the same connection, after it).
     fn acquire_with(&mut self, request: Request) -> Result<Option<Lock>> {
-        drive(&mut Borrowed(self), Acquire::new(request)?)
+        drive(
+            &mut Borrowed(self),
+            Acquire::on_callers_connection(request)?,
+        )
     }
 
     /// Sets the remaining TTL of `lock` to `ttl` and moves its lease; `false` if it

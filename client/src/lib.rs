@@ -13,9 +13,11 @@
 //! - A [`Lock`] knows its key, its owner (`host:pid:` and 16 random hex digits, fresh
 //!   per acquisition from [`fresh_owner`], unless you give one), its fencing token,
 //!   and its lease: it is safe to rely on until [`Lock::valid_until`], the send
-//!   time of the last acknowledged acquire or extend
-//!   plus the TTL, less a [`margin`] for clock drift. Every loss signal fires at the
-//!   latest there, whatever the network does.
+//!   time of the last acknowledged acquire, renewal or extend plus the TTL (the
+//!   shortest TTL of a write that may still reach the server after it), less a
+//!   [`margin`] for clock drift. Every loss signal fires at the latest there,
+//!   whatever the network does; [`LockLost::check`] and [`Lock::is_lost`] read the
+//!   clock when called: check right before each write.
 //! - [`AsyncRenewer`] and [`Renewer`] renew any lock at a third of its TTL, each
 //!   attempt bounded by the lease; `run_locked` renews, hands the work a
 //!   [`LockLost`] signal, and releases afterwards, also on panic and cancellation.

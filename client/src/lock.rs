@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::Backend;
-use crate::lease::{Ended, Lease, LockLost, LossCause};
+use crate::lease::{Ended, Lease, LockLost, LossCause, Pending};
 
 /// A lock this process holds: its key, the owner id it was taken with, its fencing
 /// token, and its lease.
@@ -99,14 +99,18 @@ impl Lock {
         tracing::debug!(key = %self.key, owner = %self.owner, token = self.token, ttl_ms = self.ttl().as_millis() as u64, "lock acquired");
     }
 
-    /// An extend sent at `sent` with `ttl` (validated) answered `extended`.
-    pub(crate) fn extended(&self, extended: bool, sent: Instant, ttl: Duration) {
+    /// A renewal or extend of `ttl` (whole milliseconds, as sent) goes out now;
+    /// `asked`: an extend the holder asked for, whose TTL renewals ask from now on.
+    pub(crate) fn writing(&self, ttl: Duration, asked: bool) -> Pending {
+        self.lease.write(ttl, asked)
+    }
+
+    /// The renewal or extend `pending` was answered `extended`.
+    pub(crate) fn extended(&self, pending: Pending, extended: bool) {
         if extended {
-            let ms = ttl.as_nanos().div_ceil(1_000_000);
-            let ttl = Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX));
-            self.lease.renewed(sent, ttl);
+            pending.acknowledged();
         } else {
-            self.lease.end(Ended::Refused);
+            pending.refused();
             tracing::warn!(key = %self.key, owner = %self.owner, token = self.token, "lock lost: the server no longer holds it for this owner");
         }
     }
@@ -139,14 +143,16 @@ impl Lock {
     }
 
     /// The TTL the lock was taken (or last extended) with, in whole milliseconds as
-    /// sent to the server.
+    /// sent to the server: what its renewals ask for. An extend sets it when sent.
     pub fn ttl(&self) -> Duration {
         self.lease.ttl()
     }
 
-    /// Until when the lock is safe to rely on: the time the last acknowledged acquire
-    /// or extend was sent, plus its TTL, less the [`margin`](crate::margin) for clock
-    /// drift. In the past once the lock was lost or released.
+    /// Until when the lock is safe to rely on: the time the last acknowledged acquire,
+    /// renewal or extend was sent, plus its TTL, less the [`margin`](crate::margin)
+    /// for clock drift; sooner while a write with a shorter TTL may still reach the
+    /// server after it (the crate's `lease` module has the rule). In the past once the
+    /// lock was lost or released.
     pub fn valid_until(&self) -> Instant {
         self.lease.valid_until()
     }
@@ -157,6 +163,8 @@ impl Lock {
     }
 
     /// True once the lease ran out, an extend found the lock gone, or it was released.
+    /// Reads the clock when called: check it right before each write the lock guards
+    /// (or [`LockLost::check`] on its [`signal`](Lock::signal)).
     pub fn is_lost(&self) -> bool {
         self.lease.is_lost()
     }

@@ -395,3 +395,161 @@ fn a_delayed_path_keeps_the_lock_or_loses_it_before_the_rival() {
     assert!(done.value < granted);
     assert!(!done.held_to_end);
 }
+
+/// What the server holds for `KEY` now: the holder's owner and the TTL left.
+fn held_by(server: &Server) -> Option<(String, Duration)> {
+    let info = server.connection().lock_info(KEY).unwrap()?;
+    let owner = info.owner.as_str().unwrap_or_default().to_string();
+    Some((owner, info.ttl.unwrap_or_default()))
+}
+
+/// A background renewal with the old TTL (3 s), held back in the network, reaches
+/// the server after the holder's own extend to 30 s (sent on a connection of its
+/// own, answered first), and sets the lock's TTL last. The lease may not outlast
+/// what the server then keeps: when the path is cut, the holder is told before the
+/// rival waiting in the server is granted the lock.
+///
+/// The hold starts after the first renewal, so that what it keeps back is a renewal
+/// on the renewer's open connection. (Held earlier, it would keep back that
+/// connection's set-up, redis-rs's `CLIENT SETINFO`, and the renewal would only be
+/// written after the extend: the server would apply them in the order sent.)
+#[test]
+fn a_renewal_applied_after_a_longer_extend_bounds_the_lease() {
+    let server = common::lock_server();
+    let proxy = Proxy::start(server.port);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let locks = LockClient::new(proxy.client());
+    let ttl = Duration::from_millis(3_000);
+    let asked = Instant::now();
+    let lock = runtime
+        .block_on(locks.acquire(KEY, ttl, Wait::No))
+        .unwrap()
+        .expect("free");
+    let _renewer = runtime.block_on(async { locks.renewer(&lock) });
+    let rival = rival(&server);
+    common::wait_until(Duration::from_secs(5), || waiters(&server) == 1);
+    thread::sleep((asked + ttl * 13 / 30).saturating_duration_since(Instant::now()));
+    proxy.hold(); // the renewal due at 2 s is kept back
+    thread::sleep((asked + ttl * 22 / 30).saturating_duration_since(Instant::now()));
+    let extend = {
+        let (locks, lock) = (locks.clone(), lock.clone());
+        runtime.spawn(async move { locks.extend(&lock, Duration::from_secs(30)).await })
+    };
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        proxy.release_reversed(Duration::from_millis(100)),
+        2,
+        "the renewal's and the extend's connections had commands held back"
+    );
+    assert!(runtime.block_on(extend).unwrap().unwrap(), "extended");
+    let (owner, left) = held_by(&server).expect("held");
+    assert_eq!(owner, lock.owner());
+    assert!(
+        left <= ttl,
+        "the renewal reached the server last and set its TTL: {left:?} left"
+    );
+    assert!(
+        lock.valid_until() <= Instant::now() + left,
+        "the lease ({:?} left) outlasts what the server keeps ({left:?})",
+        lock.remaining()
+    );
+    let cut = Instant::now();
+    proxy.black_hole();
+    let lost = runtime.block_on(async {
+        let lost = tokio::time::timeout(Duration::from_secs(10), lock.signal().lost()).await;
+        lost.map(|()| Instant::now())
+    });
+    let granted = rival.join().unwrap();
+    let lost = lost.unwrap_or_else(|_| {
+        panic!(
+            "no loss signal within 10 s of the cut; the rival was granted {:?} after it",
+            granted - cut
+        )
+    });
+    println!(
+        "reordered renewal: loss signal {:?} after the cut, rival granted {:?} after it",
+        lost - cut,
+        granted - cut
+    );
+    assert!(lost < granted, "the rival was granted the lock first");
+}
+
+/// How a holder renews, for the extend to a shorter TTL.
+#[derive(Debug, Clone, Copy)]
+enum Renewing {
+    LockClient,
+    AsyncRenewer,
+    BlockingRenewer,
+}
+
+/// After an extend from 30 s to 1.2 s the holding is renewed at a third of 1.2 s:
+/// a healthy holder keeps it, whoever renews it.
+fn extend_to_a_shorter_ttl(renewing: Renewing) {
+    let server = common::lock_server();
+    let long = Duration::from_secs(30);
+    let short = Duration::from_millis(1_200);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let lock = match renewing {
+        Renewing::LockClient => runtime.block_on(async {
+            let locks = LockClient::new(server.client());
+            let lock = locks.acquire(KEY, long, Wait::No).await.unwrap().unwrap();
+            let renewer = locks.renewer(&lock);
+            assert!(locks.extend(&lock, short).await.unwrap());
+            (lock, Box::new(renewer) as Box<dyn std::any::Any>)
+        }),
+        Renewing::AsyncRenewer => runtime.block_on(async {
+            let mut con = server
+                .client()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            let lock = AsyncLockCommands::try_acquire(&mut con, KEY, long)
+                .await
+                .unwrap()
+                .unwrap();
+            let renewer = AsyncRenewer::start(con.clone(), &lock);
+            assert!(AsyncLockCommands::extend(&mut con, &lock, short)
+                .await
+                .unwrap());
+            (lock, Box::new(renewer) as Box<dyn std::any::Any>)
+        }),
+        Renewing::BlockingRenewer => {
+            let mut con = server.connection();
+            let lock = LockCommands::try_acquire(&mut con, KEY, long)
+                .unwrap()
+                .unwrap();
+            let renewer = Renewer::start(server.client(), &lock);
+            assert!(LockCommands::extend(&mut con, &lock, short).unwrap());
+            (lock, Box::new(renewer) as Box<dyn std::any::Any>)
+        }
+    };
+    let (lock, _renewer) = lock;
+    assert_eq!(lock.ttl(), short);
+    thread::sleep(short * 3);
+    assert!(
+        !lock.is_lost(),
+        "{renewing:?}: lost after an extend to {short:?}: {:?}",
+        lock.cause()
+    );
+    let (owner, left) = held_by(&server).expect("still held in the server");
+    assert_eq!(owner, lock.owner());
+    assert!(
+        left <= short,
+        "renewed with the TTL asked for last: {left:?}"
+    );
+}
+
+#[test]
+fn an_extend_to_a_shorter_ttl_renews_at_a_third_of_it_lock_client() {
+    extend_to_a_shorter_ttl(Renewing::LockClient);
+}
+
+#[test]
+fn an_extend_to_a_shorter_ttl_renews_at_a_third_of_it_async_renewer() {
+    extend_to_a_shorter_ttl(Renewing::AsyncRenewer);
+}
+
+#[test]
+fn an_extend_to_a_shorter_ttl_renews_at_a_third_of_it_blocking_renewer() {
+    extend_to_a_shorter_ttl(Renewing::BlockingRenewer);
+}

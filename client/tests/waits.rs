@@ -285,3 +285,74 @@ fn a_blocking_wait_gives_up_in_time_when_the_server_stops_or_the_path_black_hole
         holder.lock_info("job").unwrap().is_none()
     });
 }
+
+/// On the library, a wait without a limit is several steps (`lock_wait`, `BLPOP`
+/// for the `wake_ms` it names, again), each with a bound of its own: a path that
+/// then drops every byte ends the wait with an error within a step's bound (the
+/// control limit, or a place's lease and the margin), instead of hanging while the
+/// place lapses in the server. (On the module such a wait is one blocked call that
+/// the server answers: nothing of the client's to bound.)
+#[test]
+fn a_library_wait_without_a_limit_ends_on_a_dead_path() {
+    if common::backend_name() == "module" {
+        eprintln!("skipped on the module: its wait is one blocked call");
+        return;
+    }
+    let server = common::lock_server();
+    let holder = BlockingLockClient::new(server.client());
+    let held = holder.acquire("job", TTL, Wait::No).unwrap().unwrap();
+    let bound = Duration::from_secs(2) + Duration::from_secs(2) + WAIT_MARGIN;
+    for blocking in [false, true] {
+        let proxy = Proxy::start(server.port);
+        let client = proxy.client();
+        let (answered, answer) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let result = if blocking {
+                BlockingLockClient::new(client).acquire("job", TTL, Wait::Forever)
+            } else {
+                let runtime = tokio::runtime::Runtime::new().unwrap();
+                runtime.block_on(LockClient::new(client).acquire("job", TTL, Wait::Forever))
+            };
+            let _ = answered.send((result, Instant::now()));
+        });
+        common::wait_until(Duration::from_secs(5), || {
+            holder
+                .lock_info("job")
+                .unwrap()
+                .is_some_and(|info| info.waiters == 1)
+        });
+        let cut = Instant::now();
+        proxy.black_hole();
+        let (result, ended) = answer.recv_timeout(bound * 2).unwrap_or_else(|_| {
+            panic!(
+                "blocking {blocking}: still waiting {:?} after the cut",
+                bound * 2
+            )
+        });
+        assert!(
+            matches!(
+                &result,
+                Err(Error::Connection(_) | Error::WaitUnanswered { .. })
+            ),
+            "blocking {blocking}: {result:?}"
+        );
+        assert!(
+            ended - cut < bound,
+            "blocking {blocking}: ended {:?} after the cut",
+            ended - cut
+        );
+        println!(
+            "blocking {blocking}: {:?} after the cut: {}",
+            ended - cut,
+            result.unwrap_err()
+        );
+        // Its place lapses in the server (it could not be given up).
+        common::wait_until(Duration::from_secs(5), || {
+            holder
+                .lock_info("job")
+                .unwrap()
+                .is_some_and(|info| info.waiters == 0)
+        });
+    }
+    assert!(holder.release(&held).unwrap());
+}

@@ -1,12 +1,15 @@
-//! Renewers: extend a held lock at a third of its TTL while work runs, each attempt
-//! bounded by the lease, and stop trying once the lease ran out.
+//! Renewers: extend a held lock when its lease says a renewal is due (a third of the
+//! TTL after the last acknowledged write, sooner after an extend to a shorter TTL),
+//! each attempt bounded by the lease, and stop trying once the lease ran out.
 //!
 //! The loss signal does not depend on them: a [`Lock`]'s lease reports the loss at
 //! its local deadline whatever the renewer is doing. A renewer moves the deadline
 //! forward while renewals are acknowledged, and ends the lease at once when one
-//! finds the lock gone.
+//! finds the lock gone. It follows the lease: any change to it (an extend sent or
+//! answered elsewhere) wakes it to look again when the next renewal is due.
 
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -22,15 +25,27 @@ use crate::lease::{Ended, LockLost};
 use crate::lock::Lock;
 use crate::machine::Extend;
 
-/// How often a lock of `ttl` is renewed.
-fn period(ttl: Duration) -> Duration {
-    (ttl / RENEWAL_DIVISOR).max(Duration::from_millis(1))
+/// The pause before another try after a failed renewal: short, so that a blip costs
+/// little of the lease (a twelfth of the shortest TTL the server may count, from 10
+/// to 250 ms).
+fn retry_delay(lock: &Lock) -> Duration {
+    (lock.lease.shortest_ttl() / RENEWAL_DIVISOR / 4)
+        .clamp(Duration::from_millis(10), Duration::from_millis(250))
 }
 
-/// The pause before another try after a failed renewal: short, so that a blip costs
-/// little of the lease.
-fn retry_delay(ttl: Duration) -> Duration {
-    (period(ttl) / 4).clamp(Duration::from_millis(10), Duration::from_millis(250))
+/// When the next renewal goes out: when the lease says it is due or, after a failed
+/// renewal, at its retry if that is later.
+fn renewal_due(lock: &Lock, retry_at: Option<Instant>) -> Instant {
+    let due = lock.lease.renewal_due();
+    retry_at.map_or(due, |retry| retry.max(due))
+}
+
+/// When a renewer waiting for `due` wakes at the latest: then, at the lease's
+/// deadline, or a day from now (far times are looked at again daily, so no timer
+/// overflows).
+fn wake_at(lock: &Lock, due: Instant) -> Instant {
+    due.min(lock.valid_until())
+        .min(Instant::now() + Duration::from_secs(86_400))
 }
 
 /// How long one renewal (with its connect, if any) may take: what is left of the
@@ -119,32 +134,39 @@ async fn renew<P: LockPath>(path: P, lock: Lock) {
     // The connection of the last renewal, kept while renewals are answered and
     // opened anew after any failure: one that timed out may be black-holed for good.
     let mut con: Option<P::Connection> = None;
-    let mut next = lock.lease.last_sent() + period(lock.ttl());
+    let mut changed = lock.lease.subscribe();
+    let mut retry_at = None;
     loop {
-        tokio::time::sleep_until(next.min(lock.valid_until()).into()).await;
         if lock.is_lost() {
             return lapsed(&lock);
         }
-        let ttl = lock.ttl();
+        let due = renewal_due(&lock, retry_at);
+        if Instant::now() < due {
+            tokio::select! {
+                () = tokio::time::sleep_until(wake_at(&lock, due).into()) => {}
+                Ok(()) = changed.changed() => {}
+            }
+            continue;
+        }
         let limit = attempt_limit(&lock);
         let attempt = async {
             let con = match &mut con {
                 Some(con) => con,
                 None => con.insert(path.open(limit).await?),
             };
-            drive(con, Extend::new(&lock, ttl)).await
+            drive(con, Extend::renewal(&lock)).await
         };
         let answer = match tokio::time::timeout(limit, attempt).await {
             Ok(answer) => answer,
             Err(elapsed) => Err(Error::Connection(timed_out(elapsed))),
         };
         match answer {
-            Ok(true) => next = lock.lease.last_sent() + period(ttl),
+            Ok(true) => retry_at = None,
             Ok(false) => return, // logged as lost by the extend
             Err(error) => {
                 con = None;
                 renewal_failed(&lock, &error);
-                next = Instant::now() + retry_delay(ttl);
+                retry_at = Some(Instant::now() + retry_delay(&lock));
             }
         }
     }
@@ -192,25 +214,28 @@ fn lapsed(lock: &Lock) {
 #[derive(Debug)]
 pub struct Renewer {
     lock: Lock,
-    stop: Option<mpsc::Sender<()>>,
+    /// Set to stop the thread, which the lease then wakes.
+    stop: Arc<AtomicBool>,
     done: mpsc::Receiver<()>,
 }
 
 impl Renewer {
-    /// Starts extending `lock` every third of its TTL, on a connection of its own
-    /// from `client` (opened again after any failure), each attempt's connect, write
-    /// and read bounded by what is left of the lease.
+    /// Starts extending `lock` when its lease says a renewal is due (every third of
+    /// its TTL), on a connection of its own from `client` (opened again after any
+    /// failure), each attempt's connect, write and read bounded by what is left of
+    /// the lease.
     pub fn start(client: redis::Client, lock: &Lock) -> Renewer {
-        let (stop, stopped) = mpsc::channel::<()>();
+        let stop = Arc::new(AtomicBool::new(false));
         let (finished, done) = mpsc::channel::<()>();
         let renewed = lock.clone();
+        let stopped = Arc::clone(&stop);
         thread::spawn(move || {
             renew_blocking(&client, &renewed, &stopped);
             let _ = finished.send(());
         });
         Renewer {
             lock: lock.clone(),
-            stop: Some(stop),
+            stop,
             done,
         }
     }
@@ -235,8 +260,8 @@ impl Renewer {
     }
 
     fn shut_down(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            drop(stop); // disconnects the channel: the thread's wait returns at once
+        if !self.stop.swap(true, Ordering::SeqCst) {
+            self.lock.lease.wake(); // the thread's wait returns at once
             let _ = self.done.recv_timeout(STOP_LIMIT);
         }
     }
@@ -248,32 +273,33 @@ impl Drop for Renewer {
     }
 }
 
-fn renew_blocking(client: &redis::Client, lock: &Lock, stopped: &mpsc::Receiver<()>) {
+fn renew_blocking(client: &redis::Client, lock: &Lock, stop: &AtomicBool) {
     let mut con: Option<redis::Connection> = None;
-    let mut next = lock.lease.last_sent() + period(lock.ttl());
+    let mut retry_at = None;
     loop {
-        let wake = next.min(lock.valid_until());
-        let pause = wake.saturating_duration_since(Instant::now());
-        if !matches!(
-            stopped.recv_timeout(pause),
-            Err(mpsc::RecvTimeoutError::Timeout)
-        ) {
-            return; // stopped
+        if stop.load(Ordering::SeqCst) {
+            return;
         }
         if lock.is_lost() {
             return lapsed(lock);
         }
-        let ttl = lock.ttl();
+        // Read before the due time: a change after it wakes the wait below at once.
+        let seen = lock.lease.version();
+        let due = renewal_due(lock, retry_at);
+        if Instant::now() < due {
+            lock.lease.wait_for_change(seen, wake_at(lock, due), stop);
+            continue;
+        }
         let limit = attempt_limit(lock);
         let attempt = connected(client, &mut con, limit)
-            .and_then(|c| drive_blocking(&mut Borrowed(c), Extend::new(lock, ttl)));
+            .and_then(|c| drive_blocking(&mut Borrowed(c), Extend::renewal(lock)));
         match attempt {
-            Ok(true) => next = lock.lease.last_sent() + period(ttl),
+            Ok(true) => retry_at = None,
             Ok(false) => return,
             Err(error) => {
                 con = None;
                 renewal_failed(lock, &error);
-                next = Instant::now() + retry_delay(ttl);
+                retry_at = Some(Instant::now() + retry_delay(lock));
             }
         }
     }

@@ -13,7 +13,7 @@ use super::withdraw::withdrawals;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::lease::margin;
-use crate::limits::{ceil_millis, RELEASE_LIMIT, WITHDRAW_SEND};
+use crate::limits::{ceil_millis, CONNECT_LIMIT, RELEASE_LIMIT, WAIT_MARGIN, WITHDRAW_SEND};
 use crate::lock::Lock;
 use crate::request::{Durable, Next, Request};
 use crate::wait::Wait;
@@ -25,7 +25,10 @@ use crate::wait::Wait;
 /// - The library with a wait, the protocol of docs/PROTOCOL.md: `lock_wait` (a
 ///   place in the queue, or the lock), `BLPOP` on the waiter's grant list until the
 ///   `wake_ms` it named, again, until granted or the deadline, when `lock_cancel`
-///   gives the place up.
+///   gives the place up. Each step has a bound of its own (a `lock_wait` the
+///   control limit, a `BLPOP` its block and the wait margin), also in a wait
+///   without a limit: a dead path ends the wait with an error instead of hanging
+///   while the place lapses in the server.
 ///
 /// A lost reply of an attempt that does not wait is retried as the same owner (who
 /// gets the same token back if the lost try won); one that cannot be answered is
@@ -41,6 +44,13 @@ pub(crate) struct Acquire {
     attempt: u32,
     /// When the last attempt (acquire, `lock_wait`) was sent.
     sent: Instant,
+    /// The bound of the library wait's step out, when it is the step's own (not the
+    /// end of the wait and the margin): a timeout there is a dead path, not a wait
+    /// unanswered. Never on a caller's connection, whose own read timeout answers
+    /// for the steps (the bound cannot be set there).
+    step_bound: Option<Duration>,
+    /// Sent on a connection whose read timeout is the caller's.
+    on_callers_connection: bool,
     state: State,
 }
 
@@ -74,33 +84,57 @@ impl Acquire {
             due: None,
             attempt: 0,
             sent: Instant::now(),
+            step_bound: None,
+            on_callers_connection: false,
             state: State::Attempt,
         }))
+    }
+
+    /// As [`Acquire::new`], on the caller's blocking connection: its read timeout,
+    /// which this cannot set, bounds each step (a timeout is
+    /// [`Error::ResponseTimeout`], the caller's to fix).
+    pub(crate) fn on_callers_connection(request: Request) -> Result<Scripted<Acquire>> {
+        let mut acquire = Acquire::new(request)?;
+        acquire.inner_mut().on_callers_connection = true;
+        Ok(acquire)
     }
 
     fn waits_by_protocol(&self) -> bool {
         self.backend.is_library() && self.request.wait.waits()
     }
 
-    /// How long a step of a wait may take: until the wait's end and the margin for
-    /// the reply's way back, so a server that hangs cannot stretch it.
-    fn bound(&self) -> Option<Duration> {
-        let left = self.due?.saturating_duration_since(Instant::now());
-        Some(left.max(Duration::from_millis(10)))
+    /// How long a step of a library wait may take: `step` at most, and never past the
+    /// wait's end and the margin, so a server that hangs cannot stretch either.
+    fn bound(&mut self, step: Duration) -> Option<Duration> {
+        let left = self.due.map(|due| {
+            due.saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(10))
+        });
+        match left {
+            Some(left) if left <= step => {
+                self.step_bound = None;
+                Some(left)
+            }
+            _ => {
+                self.step_bound = (!self.on_callers_connection).then_some(step);
+                Some(step)
+            }
+        }
     }
 
     fn attempt(&mut self) -> Step<Option<Lock>> {
         self.sent = Instant::now();
         self.state = State::Asked;
+        let step_bound = self.waits_by_protocol().then(|| self.bound(CONNECT_LIMIT));
         let request = &self.request;
-        let (call, bound) = if self.waits_by_protocol() {
+        let (call, bound) = if let Some(bound) = step_bound {
             let args = protocol::wait_args(
                 request.owner.as_bytes(),
                 request.ttl_ms(),
                 request.kind(),
                 None,
             );
-            (args.map(|a| ("lock_wait", a)), self.bound())
+            (args.map(|a| ("lock_wait", a)), bound)
         } else {
             let wait = if self.backend.is_library() {
                 Ok(None)
@@ -228,10 +262,10 @@ impl Acquire {
             // No automatic retry inside the wait protocol: a driver that silently
             // tries again hides a lapsed place (docs/PROTOCOL.md).
             let timed_out = error.is_timeout();
-            let error = if timed_out {
-                Error::ResponseTimeout(error)
-            } else {
-                Error::from(error)
+            let error = match (timed_out, self.step_bound) {
+                (true, Some(step)) => Error::Connection(step_unanswered(step)),
+                (true, None) => Error::ResponseTimeout(error),
+                (false, _) => Error::from(error),
             };
             let bound = if timed_out {
                 WITHDRAW_SEND
@@ -288,7 +322,9 @@ impl Acquire {
         if token > 0 {
             return self.granted(token, None);
         }
-        let mut block = Duration::from_millis(wake_ms.max(1));
+        // At most one place lease (the library's own bound on `wake_ms`), so a step's
+        // bound stays one the client knows whatever the reply says.
+        let mut block = Duration::from_millis(wake_ms.clamp(1, protocol::MAX_PLACE_LEASE_MS));
         if let Some(deadline) = self.deadline {
             let now = Instant::now();
             if now >= deadline {
@@ -306,7 +342,12 @@ impl Acquire {
         let mut cmd = redis::cmd("BLPOP");
         cmd.arg(list).arg(seconds);
         self.state = State::Blocked;
-        Step::Send(cmd.into(), self.bound())
+        let bound = self.bound(
+            block
+                .max(Duration::from_millis(2))
+                .saturating_add(WAIT_MARGIN),
+        );
+        Step::Send(cmd.into(), bound)
     }
 }
 
@@ -358,6 +399,18 @@ impl Machine for Acquire {
             ))),
         }
     }
+}
+
+/// The error of a library wait's step that got no reply within its own bound.
+fn step_unanswered(step: Duration) -> RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "no reply within {step:?} to a step of the library's wait (lock_wait, BLPOP): \
+             the server hangs or the network drops everything; the wait was given up"
+        ),
+    )
+    .into()
 }
 
 /// `WAIT replicas timeout` for a durable request.

@@ -64,6 +64,11 @@ impl<M: Machine> Scripted<M> {
         }
     }
 
+    /// The machine it runs, before it starts.
+    pub(super) fn inner_mut(&mut self) -> &mut M {
+        &mut self.inner
+    }
+
     /// As [`Scripted::new`], with a missing function an answer of its own.
     pub(super) fn probing(inner: M) -> Scripted<M> {
         Scripted {

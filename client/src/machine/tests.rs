@@ -191,10 +191,13 @@ fn a_cut_library_wait_is_withdrawn_not_retried() {
         Ok(Value::Int(0)),
     ];
     let (sent, result) = converse(Acquire::new(request).unwrap(), replies);
+    // The BLPOP's own bound (its second and the margin) ran out long before the
+    // wait's: the path is dead, the wait given up as a connection failure.
     assert!(
-        matches!(result, Err(Error::ResponseTimeout(_))),
+        matches!(&result, Err(Error::Connection(e)) if e.to_string().contains("a step of the library's wait")),
         "{result:?}"
     );
+    assert_eq!(sent[1].1, Some(Duration::from_secs(1) + WAIT_MARGIN));
     let calls: Vec<&str> = sent
         .iter()
         .map(|(w, _)| w.get(1).map_or("", String::as_str))
@@ -207,6 +210,56 @@ fn a_cut_library_wait_is_withdrawn_not_retried() {
             "lock_cancel",
             "lock_release"
         ]
+    );
+}
+
+#[test]
+fn every_step_of_a_library_wait_without_a_limit_has_a_bound() {
+    let forever = request().backend(Backend::Functions).wait(Wait::Forever);
+    let replies = vec![
+        wait_reply(0, 2000),
+        Ok(Value::Nil),
+        wait_reply(0, 1 << 40), // more than a place's lease: a server gone wrong
+        Ok(Value::Nil),
+        wait_reply(9, 0),
+    ];
+    let (sent, lock) = converse(Acquire::new(forever.clone()).unwrap(), replies);
+    assert_eq!(lock.unwrap().unwrap().token(), 9);
+    let control = Duration::from_millis(protocol::CONTROL_LIMIT_MS);
+    let bounds: Vec<Option<Duration>> = sent.iter().map(|(_, bound)| *bound).collect();
+    let lease = Duration::from_millis(protocol::MAX_PLACE_LEASE_MS);
+    assert_eq!(
+        bounds,
+        [
+            Some(control),
+            Some(Duration::from_secs(2) + WAIT_MARGIN),
+            Some(control),
+            Some(lease + WAIT_MARGIN),
+            Some(control),
+        ]
+    );
+    // A step without a reply within its bound ends the wait, and its place is given
+    // up (without waiting on a dead path).
+    for unanswered in [1, 2] {
+        let mut replies = vec![wait_reply(0, 2000), Ok(Value::Nil)];
+        replies.truncate(unanswered - 1);
+        replies.extend([Err(timeout()), Ok(Value::Int(1))]);
+        let (sent, result) = converse(Acquire::new(forever.clone()).unwrap(), replies);
+        assert!(
+            matches!(&result, Err(Error::Connection(e)) if e.to_string().contains("no reply within")),
+            "{result:?}"
+        );
+        let (last, bound) = sent.last().unwrap();
+        assert_eq!(last[1], "lock_cancel");
+        assert_eq!(*bound, Some(crate::limits::WITHDRAW_SEND));
+    }
+    // On a caller's connection its read timeout, not the step's bound, ran out.
+    let replies = vec![wait_reply(0, 2000), Err(timeout()), Ok(Value::Int(1))];
+    let callers = Acquire::on_callers_connection(forever).unwrap();
+    let (_, result) = converse(callers, replies);
+    assert!(
+        matches!(result, Err(Error::ResponseTimeout(_))),
+        "{result:?}"
     );
 }
 

@@ -387,6 +387,14 @@ impl<'a> Run<'a> {
             "server" => self.server(&step),
             "compare" => self.compare(&step),
             "before" => {
+                // `if_acquired`: only when that request was granted (a wait that may
+                // end with an error instead, whose answer orders nothing).
+                if let Some(request) = step.get("if_acquired").and_then(Value::as_str) {
+                    if self.reply_ok(request)?.get("acquired") != Some(&Value::Bool(true)) {
+                        self.note(format!("{request} was not granted: no order to check"));
+                        return Ok(());
+                    }
+                }
                 let first = self.instant(&text(&step, "first")?)?;
                 let then = self.instant(&text(&step, "then")?)?;
                 if first >= then {
