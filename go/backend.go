@@ -130,6 +130,40 @@ func (b Backend) command(function, key string, args ...any) call {
 	return call{args: append(words, args...), keyPos: keyPos}
 }
 
+// call is what b sends for library call function on key with args: the probe's
+// arguments as they are, else b.command's words.
+func (b Backend) call(function, key string, args ...any) call {
+	if function == probe {
+		return call{args: args}
+	}
+	return b.command(function, key, args...)
+}
+
+// guard is what b sends for a guarded command: LOCK.GUARD key token command … on the
+// module (which finds the command's keys itself), else lock_guard with the lock key
+// and dataKeys declared, as FCALL or EVALSHA take them.
+func (b Backend) guard(key string, dataKeys []string, token int64, command []any) call {
+	if b == Module {
+		words := append([]any{"LOCK.GUARD", key, token}, command...)
+		return call{args: words, keyPos: 1}
+	}
+	words := make([]any, 0, 6+len(dataKeys)+len(command))
+	if b == Scripts {
+		words = append(words, "EVALSHA", scriptSHA)
+	} else {
+		words = append(words, "FCALL", "lock_guard")
+	}
+	words = append(words, 1+len(dataKeys), key)
+	for _, k := range dataKeys {
+		words = append(words, k)
+	}
+	if b == Scripts {
+		words = append(words, "lock_guard") // the script's first argument names the call
+	}
+	words = append(words, token)
+	return call{args: append(words, command...), keyPos: 3}
+}
+
 // kindArgs are the words of a holding's kind: none (exclusive), SHARED, or LIMIT n.
 func kindArgs(shared bool, limit int64) []any {
 	switch {

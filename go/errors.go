@@ -35,6 +35,9 @@ var ErrUnanswered = errors.New("redislock: no answer from the server in time")
 // ErrNoBackend matches (errors.Is) every [NoBackendError].
 var ErrNoBackend = errors.New("redislock: no lock backend on this server")
 
+// ErrFenced matches (errors.Is) every [FencedError]: a fenced write was refused.
+var ErrFenced = errors.New("redislock: fenced: the write was refused")
+
 // Reason says why a lock was lost.
 type Reason int
 
@@ -46,15 +49,19 @@ const (
 	// LeaseRanOut: no renewal was acknowledged before the lease's local deadline
 	// (the network is cut, the server hangs, or renewals failed).
 	LeaseRanOut
+	// Fenced: a write fenced with the lock's token was refused ([FencedError], in
+	// Err): the server no longer holds the lock with that token, or a holder with a
+	// greater token has written to the fenced store. A newer holder may exist.
+	Fenced
 )
 
 // LostError is context.Cause of a lock's context once the lock is lost.
 type LostError struct {
 	Key    string
 	Reason Reason
-	// The last renewal's (or extend's) error, if it failed (for LeaseRanOut), or
-	// the error that showed the holding gone (for Refused after a server lost its
-	// lock backend).
+	// The last renewal's (or extend's) error, if it failed (for LeaseRanOut), the
+	// error that showed the holding gone (for Refused after a server lost its lock
+	// backend), or the [*FencedError] (for Fenced).
 	Err error
 }
 
@@ -63,6 +70,8 @@ func (e *LostError) Error() string {
 	switch e.Reason {
 	case Refused:
 		text = "a renewal was answered 0: the server no longer holds it for this owner"
+	case Fenced:
+		text = "a write fenced with its token was refused"
 	default:
 		text = "no renewal was acknowledged before the lease ran out"
 	}
@@ -121,13 +130,22 @@ func (e *NoBackendError) Error() string {
 func (e *NoBackendError) Is(target error) bool { return target == ErrNoBackend }
 
 // LibraryVersionError is a redislock library on the server whose version
-// (lock_version) this client does not speak.
+// (lock_version) this client does not speak, or one too old for a call of this
+// client (Lacks: lock_guard, on a library loaded before it existed).
 type LibraryVersionError struct {
 	Found    int64
 	Min, Max int64
+	// Lacks names the library call the server's library does not have, though its
+	// version is in the range: it was loaded before the call came.
+	Lacks string
 }
 
 func (e *LibraryVersionError) Error() string {
+	if e.Lacks != "" {
+		return fmt.Sprintf("redislock: the redislock library on the server (version %d) has no %s: it was "+
+			"loaded before %s existed; load the library of this release with `redis-lock functions load "+
+			"--url URL` (or FUNCTION LOAD REPLACE of lua/redislock.lua)", e.Found, e.Lacks, e.Lacks)
+	}
 	if e.Found > e.Max {
 		return fmt.Sprintf("redislock: the redislock library on the server is version %d, newer than this "+
 			"client accepts (%s): upgrade this client to one made for library version %d", e.Found,
@@ -154,3 +172,33 @@ func CheckLibraryVersion(found int64) error {
 	}
 	return nil
 }
+
+// FencedError is a write fenced with a lock's token that was refused, and nothing
+// was written: in Redis, the token no longer holds the lock (a guarded command
+// answered FENCED: the lock is free, or held with another token); in PostgreSQL, a
+// holder with a greater token has written the resource's fence row. A newer
+// holder may exist: stop the work, and roll back what the transaction wrote. A
+// [Lock] whose write was fenced is lost (context.Cause: a [*LostError] with Reason
+// Fenced, which wraps this error).
+type FencedError struct {
+	// Key is the lock's key (Redis) or the fenced resource (PostgreSQL).
+	Key   string
+	Token int64
+	// Err is the server's FENCED reply (Redis); nil for PostgreSQL.
+	Err error
+}
+
+func (e *FencedError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("redislock: the guarded write was refused: %v (the lock is lost: stop the work)",
+			e.Err)
+	}
+	return fmt.Sprintf("redislock: the PostgreSQL fence of %q refused token %d: a holder with a greater "+
+		"token has written (roll back, and stop the work)", e.Key, e.Token)
+}
+
+// Is makes errors.Is(err, ErrFenced) true.
+func (e *FencedError) Is(target error) bool { return target == ErrFenced }
+
+// Unwrap gives the server's FENCED reply.
+func (e *FencedError) Unwrap() error { return e.Err }

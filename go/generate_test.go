@@ -10,8 +10,9 @@ import (
 	"redis-lock/go/redislock/internal/gen"
 )
 
-// The package's copies of lua/redislock.lua and of core's library versions are
-// what `go generate` writes from the repository's sources now.
+// The package's copies of lua/redislock.lua, of core's library versions and of the
+// PostgreSQL fence (fence/postgresql/*.sql) are what `go generate` writes from the
+// repository's sources now.
 func TestGeneratedFilesAreCurrent(t *testing.T) {
 	dir, err := os.Getwd()
 	if err != nil {
@@ -35,6 +36,15 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 	}
 	if LibrarySource != string(want[gen.LibraryFile]) {
 		t.Error("the embedded library is not lua/redislock.lua: run `go generate` in go/")
+	}
+	for name, constant := range map[string]string{"table.sql": PostgresFenceTableSQL, "fence.sql": PostgresFenceSQL} {
+		sql, err := os.ReadFile(filepath.Join(gen.Root(dir), "fence", "postgresql", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if constant != string(sql) {
+			t.Errorf("the fence's %s is not fence/postgresql/%s: run `go generate` in go/", name, name)
+		}
 	}
 }
 

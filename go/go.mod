@@ -2,7 +2,10 @@ module redis-lock/go/redislock
 
 go 1.22
 
-require github.com/redis/go-redis/v9 v9.18.0
+require (
+	github.com/lib/pq v1.12.3 // PostgreSQL for the tests and the conformance adapter only: the package imports no driver
+	github.com/redis/go-redis/v9 v9.18.0
+)
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

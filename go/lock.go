@@ -37,7 +37,8 @@ func (l *Lock) Owner() string { return l.owner }
 
 // Token is the holding's fencing token: greater than every token the server
 // handed out for this key before. Stamp every write the lock guards with it, and
-// have the guarded resource refuse a token lower than the highest it has seen.
+// have the guarded resource refuse a token lower than the highest it has seen:
+// [Lock.Guard] does it for a write to Redis, [Lock.FencePostgres] for PostgreSQL.
 // Tokens are below 2^53.
 func (l *Lock) Token() int64 { return l.token }
 

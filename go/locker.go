@@ -96,6 +96,12 @@ func (l *Locker) send(ctx context.Context, limit time.Duration, b Backend, funct
 // others may hold under too is not).
 func (l *Locker) sendNoting(ctx context.Context, limit time.Duration, b Backend, resend bool, function,
 	key string, args ...any) (reply any, resent time.Time, err error) {
+	return l.sendCall(ctx, limit, b, resend, function, key, b.call(function, key, args...))
+}
+
+// sendCall is sendNoting of c, the words of library call function on key through b.
+func (l *Locker) sendCall(ctx context.Context, limit time.Duration, b Backend, resend bool, function,
+	key string, c call) (reply any, resent time.Time, err error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	lost := false
@@ -107,7 +113,7 @@ func (l *Locker) sendNoting(ctx context.Context, limit time.Duration, b Backend,
 		if lost {
 			resent = time.Now()
 		}
-		reply, err = callOn(ctx, d, b, function, key, args...)
+		reply, err = doCall(ctx, d, b, function, c)
 		l.conns.done(d, err)
 		switch {
 		case moved(err):
@@ -138,10 +144,11 @@ const probe = "COMMAND"
 // scripts backend, a NOSCRIPT reply (a restart, SCRIPT FLUSH, a failover) loads the
 // library and sends the call once more: it did not run.
 func callOn(ctx context.Context, d *dedicated, b Backend, function, key string, args ...any) (any, error) {
-	c := call{args: args}
-	if function != probe {
-		c = b.command(function, key, args...)
-	}
+	return doCall(ctx, d, b, function, b.call(function, key, args...))
+}
+
+// doCall is callOn of c, the words of library call function through b.
+func doCall(ctx context.Context, d *dedicated, b Backend, function string, c call) (any, error) {
 	reply, err := d.do(ctx, c.args...)
 	if b == Scripts && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		if _, err := d.do(ctx, "SCRIPT", "LOAD", libraryScript); err != nil {

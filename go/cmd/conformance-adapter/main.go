@@ -2,13 +2,16 @@
 // (conformance/ADAPTER.md): one process is one actor of a scenario, speaking JSON
 // lines on stdin and stdout. It uses the client as its users do: a Locker on a
 // go-redis client, Acquire with a context it cancels for `cancel`, the lock's
-// context for the loss, and for `check` the lock's Context().Err(), the check
-// docs/go-client.md shows before a write.
+// context for the loss, for `check` the lock's Context().Err(), the check
+// docs/go-client.md shows before a write, for `guard` the lock's Guard, and for
+// `fence_postgres` its FencePostgres on a database/sql transaction (lib/pq's
+// driver, a dependency of this command alone: the package needs none).
 package main
 
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	_ "github.com/lib/pq" // database/sql's "postgres" driver
 	"github.com/redis/go-redis/v9"
 
 	"redis-lock/go/redislock"
@@ -45,6 +49,9 @@ type request struct {
 	Target    int64    `json:"target"`
 	TimeoutMs int64    `json:"timeout_ms"`
 	AfterMs   int64    `json:"after_ms"`
+	Value     string   `json:"value"`
+	Resource  string   `json:"resource"`
+	Postgres  string   `json:"postgres"`
 }
 
 // failure is a request's error reply.
@@ -60,6 +67,7 @@ type adapter struct {
 	mu       sync.Mutex
 	client   redis.UniversalClient
 	locker   *redislock.Locker
+	postgres *sql.DB // nil: the scenario writes nothing there
 	locks    map[string]*redislock.Lock
 	inflight map[int64]*running
 }
@@ -78,8 +86,8 @@ func main() {
 		"client":   "redis-lock (Go)",
 		"version":  "0.1.0",
 		"capabilities": []string{"module", "functions", "scripts", "force_backend", "cluster", "auth",
-			"owner", "shared", "limit", "wait", "wait_forever", "cancel", "extend", "info", "check", "loss_events",
-			"loss_cause"},
+			"owner", "shared", "limit", "wait", "wait_forever", "cancel", "extend", "info", "check", "guard",
+			"fence_postgres", "loss_events", "loss_cause"},
 		"constants": map[string]any{
 			"renewal_divisor":           redislock.RenewalDivisor,
 			"lease_margin_percent":      redislock.LeaseMarginPercent,
@@ -210,16 +218,40 @@ func (a *adapter) handle(ctx context.Context, r *request) (any, error) {
 		}
 		// The check docs/go-client.md shows before a write, made from a timer as
 		// work under the lock reaches its write.
-		if r.AfterMs > 0 {
-			timer := time.NewTimer(duration(r.AfterMs, "after_ms"))
-			defer timer.Stop()
-			select {
-			case <-timer.C:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
+		if err := after(ctx, r.AfterMs); err != nil {
+			return nil, err
 		}
 		return map[string]any{"held": lock.Context().Err() == nil}, nil
+	case "guard":
+		lock, err := a.lock(r.Lock)
+		if err != nil {
+			return nil, err
+		}
+		if err := after(ctx, r.AfterMs); err != nil {
+			return nil, err
+		}
+		if err := lock.Guard(ctx, []string{r.Key}, "SET", r.Key, r.Value).Err(); err != nil {
+			return nil, err
+		}
+		return map[string]any{"written": true}, nil
+	case "fence_postgres":
+		lock, err := a.lock(r.Lock)
+		if err != nil {
+			return nil, err
+		}
+		a.mu.Lock()
+		db := a.postgres
+		a.mu.Unlock()
+		if db == nil {
+			return nil, badRequest("fence_postgres without a postgres URL in open")
+		}
+		if err := after(ctx, r.AfterMs); err != nil {
+			return nil, err
+		}
+		if err := writeFenced(ctx, db, lock, r.Resource, r.Value); err != nil {
+			return nil, err
+		}
+		return map[string]any{"written": true}, nil
 	case "await_lost":
 		lock, err := a.lock(r.Lock)
 		if err != nil {
@@ -258,6 +290,53 @@ func (a *adapter) handle(ctx context.Context, r *request) (any, error) {
 	return nil, &failure{Kind: "unsupported", Message: "unknown op " + r.Op}
 }
 
+// after waits ms milliseconds from now (the request's arrival) on a timer, as
+// work under a lock reaches its write.
+func after(ctx context.Context, ms int64) error {
+	if ms <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(duration(ms, "after_ms"))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// writeFenced is one transaction: the lock's fence for resource, then the write
+// (ADAPTER.md, fence_postgres), committed; rolled back on any error.
+func writeFenced(ctx context.Context, db *sql.DB, lock *redislock.Lock, resource, value string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }() // after a commit, a no-op
+	if err := lock.FencePostgres(ctx, tx, resource); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO conformance_writes (resource, value) VALUES ($1, $2)
+		ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value`, resource, value); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// preferTLS is a PostgreSQL URL with sslmode=prefer unless it names a mode: lib/pq
+// asks for TLS by default, which the harness's server does not offer.
+func preferTLS(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Query().Has("sslmode") {
+		return raw
+	}
+	query := u.Query()
+	query.Set("sslmode", "prefer")
+	u.RawQuery = query.Encode()
+	return u.String()
+}
+
 func (a *adapter) open(ctx context.Context, r *request) (any, error) {
 	backend, err := redislock.ParseBackend(r.Backend)
 	if r.Backend == "" {
@@ -288,15 +367,26 @@ func (a *adapter) open(ctx context.Context, r *request) (any, error) {
 		}
 		client = redis.NewClient(opt)
 	}
+	var postgres *sql.DB
+	if r.Postgres != "" {
+		// Connects on first use.
+		if postgres, err = sql.Open("postgres", preferTLS(r.Postgres)); err != nil {
+			_ = client.Close()
+			return nil, badRequest("postgres: " + err.Error())
+		}
+	}
 	locker := redislock.New(client, redislock.WithBackend(backend))
 	found, err := locker.Backend(ctx)
 	if err != nil {
 		_ = locker.Close()
 		_ = client.Close()
+		if postgres != nil {
+			_ = postgres.Close()
+		}
 		return nil, err
 	}
 	a.mu.Lock()
-	a.client, a.locker = client, locker
+	a.client, a.locker, a.postgres = client, locker, postgres
 	a.mu.Unlock()
 	return map[string]any{"backend": found.String()}, nil
 }
@@ -373,8 +463,11 @@ func lossCause(lock *redislock.Lock) (string, bool) {
 	if !errors.As(context.Cause(lock.Context()), &lost) {
 		return "", false
 	}
-	if lost.Reason == redislock.Refused {
+	switch lost.Reason {
+	case redislock.Refused:
 		return "refused", true
+	case redislock.Fenced:
+		return "fenced", true
 	}
 	return "lease_ran_out", true
 }
@@ -395,6 +488,9 @@ func (a *adapter) close() {
 	if a.locker != nil {
 		_ = a.locker.Close()
 		_ = a.client.Close()
+	}
+	if a.postgres != nil {
+		_ = a.postgres.Close()
 	}
 }
 
@@ -436,7 +532,7 @@ func kindOf(err error) *failure {
 		kind = "cancelled"
 	case errors.Is(err, redislock.ErrUnanswered):
 		kind = "wait_unanswered"
-	case errors.As(err, &version) && version.Found < version.Min:
+	case errors.As(err, &version) && (version.Found < version.Min || version.Lacks != ""):
 		kind = "library_too_old"
 	case errors.As(err, &version):
 		kind = "library_too_new"
@@ -444,8 +540,10 @@ func kindOf(err error) *failure {
 		kind = "no_backend"
 	case errors.Is(err, redislock.ErrInvalidArgument):
 		kind = "invalid_argument"
-	case errors.Is(err, redislock.ErrLockLost):
-		kind = "lock_lost"
+	case errors.Is(err, redislock.ErrFenced):
+		kind = "fenced"
+	case errors.Is(err, redislock.ErrLockLost), errors.Is(err, redislock.ErrReleased):
+		kind = "lock_lost" // refused before sending: the client knows it no longer holds it
 	case errors.As(err, &reply) && strings.HasPrefix(err.Error(), "WRONGTYPE"):
 		kind = "wrong_type"
 	case errors.As(err, &reply):

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log"
 	"time"
 
@@ -18,24 +19,25 @@ func main() {
 		func(ctx context.Context, lock *redislock.Lock) error {
 			// Renewed every 10 s; ctx ends if the lock is lost, before anyone
 			// else can be granted it.
-			if err := writeReport(ctx, 1, lock.Token()); err != nil {
+			if err := writeReport(ctx, lock, 1); err != nil {
 				return err
 			}
-			return writeReport(ctx, 2, lock.Token()) // writes fenced with the token
+			return writeReport(ctx, lock, 2)
 		}, redislock.WaitFor(time.Minute)) // in the server's FIFO queue, no polling
-	if errors.Is(err, redislock.ErrNotObtained) {
+	switch {
+	case errors.Is(err, redislock.ErrNotObtained):
 		log.Print("another instance held it all minute")
-	} else if err != nil {
+	case errors.Is(err, redislock.ErrFenced):
+		log.Print("stalled past the lease: another instance took over, and nothing was overwritten")
+	case err != nil:
 		log.Fatal(err)
 	}
 }
 
-// writeReport writes one part unless the lock is lost: ctx.Err() reads the lock's
-// clock, so it is checked right before the write.
-func writeReport(ctx context.Context, part int, fence int64) error {
-	if ctx.Err() != nil {
-		return context.Cause(ctx) // lost: another instance may hold it now
-	}
-	log.Printf("part %d of the report, fenced with token %d", part, fence)
-	return nil
+// writeReport writes one part only while the lock's token holds it: the server
+// checks the token and runs the SET in one step (LOCK.GUARD). The key shares the
+// lock key's hash slot ({report:daily}), as a Cluster needs.
+func writeReport(ctx context.Context, lock *redislock.Lock, part int) error {
+	key := fmt.Sprintf("{report:daily}:part:%d", part)
+	return lock.Guard(ctx, []string{key}, "SET", key, fmt.Sprintf("part %d", part)).Err()
 }

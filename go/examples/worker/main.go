@@ -1,7 +1,7 @@
 // Command worker publishes a report once a minute, once across every instance that
 // runs it: each tick, the instances ask for the lock without waiting; the one that
-// gets it builds the report and publishes it fenced with its token, so a holder that
-// stalled past its lease cannot overwrite the work of the next one.
+// gets it builds the report and publishes it with a write guarded by its token, so a
+// holder that stalled past its lease cannot overwrite the work of the next one.
 package main
 
 import (
@@ -18,15 +18,6 @@ import (
 
 	"redis-lock/go/redislock"
 )
-
-// publish stores the report of period unless it is there already, and only for a
-// token at least as high as any seen: the guarded resource keeps the fence.
-var publish = redis.NewScript(`
-if tonumber(redis.call('GET', KEYS[1]) or '0') > tonumber(ARGV[1]) then
-  return redis.error_reply('FENCED a newer holder published')
-end
-redis.call('SET', KEYS[1], ARGV[1])
-return redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[3])`)
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:6379", "the Redis server")
@@ -47,16 +38,16 @@ func main() {
 			return
 		case tick := <-ticker.C:
 			period := tick.Truncate(*every).UTC().Format(time.RFC3339)
-			err := locker.Run(ctx, "report", 30*time.Second, func(ctx context.Context, lock *redislock.Lock) error {
+			err := locker.Run(ctx, "{report}", 30*time.Second, func(ctx context.Context, lock *redislock.Lock) error {
 				report, err := build(ctx, period) // renewed every 10 s meanwhile
 				if err != nil {
 					return err // ctx ends if the lock is lost: build stops early
 				}
-				if ctx.Err() != nil { // reads the lock's clock: checked right before the write
-					return context.Cause(ctx)
-				}
-				fresh, err := publish.Run(ctx, rdb, []string{"report:fence", "reports"},
-					lock.Token(), period, report).Int()
+				// Runs only while the lock's token holds it, checked by the server in
+				// the same step: a holder that stalled past its lease writes nothing
+				// (ErrFenced). The hash shares the lock key's hash slot.
+				fresh, err := lock.Guard(ctx, []string{"{report}:published"},
+					"HSETNX", "{report}:published", period, report).Int()
 				if err == nil && fresh == 1 {
 					slog.Info("published", "period", period, "token", lock.Token())
 				}

@@ -1,5 +1,5 @@
-// Command gen writes go/library.lua and go/protocol_gen.go (see package gen); run by
-// `go generate` in go/.
+// Command gen writes go/library.lua, go/protocol_gen.go and go/postgres_gen.go (see
+// package gen); run by `go generate` in go/.
 package main
 
 import (
