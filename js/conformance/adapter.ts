@@ -46,7 +46,7 @@ write({
     version: "0.1.0",
     capabilities: [
       "module", "functions", "scripts", "force_backend", "cluster", "auth", "owner", "shared", "limit",
-      "wait", "wait_forever", "cancel", "extend", "info", "loss_events", "loss_cause",
+      "wait", "wait_forever", "cancel", "extend", "info", "loss_events", "loss_cause", "check",
     ],
     constants: {
       renewal_divisor: RENEWAL_DIVISOR,
@@ -186,11 +186,16 @@ async function acquire(request: Json, id: number): Promise<Json> {
   if (lock === null) return { acquired: false };
   const granted = lock;
   held.set(name, granted);
-  granted.signal.addEventListener("abort", () => {
-    const reason: unknown = granted.signal.reason;
+  const signal = granted.signal;
+  const lost = (): void => {
+    const reason: unknown = signal.reason;
     if (reason instanceof LockLostError && reason.why === "released") return;
     write({ event: "lost", lock: name, cause: cause(granted), message: reason instanceof Error ? reason.message : String(reason) });
-  });
+  };
+  // A lease shorter than its margin (a TTL of 1 ms) may have ended by now: its
+  // event follows the reply.
+  if (signal.aborted) setImmediate(lost);
+  else signal.addEventListener("abort", lost);
   return { acquired: true, token: granted.token.toString(), owner: granted.owner };
 }
 
@@ -209,6 +214,20 @@ async function awaitLost(request: Json): Promise<Json> {
   const reason: unknown = lock.signal.reason;
   if (!lock.signal.aborted || (reason instanceof LockLostError && reason.why === "released")) return { lost: false };
   return { lost: true, cause: cause(lock) };
+}
+
+/** The check before a write, as docs/node-client.md shows it: through the lock,
+ * whose `signal` getter reads the clock, made from a timer as work reaches its write. */
+async function check(request: Json): Promise<Json> {
+  const lock = lockOf(request);
+  const after = typeof request["after_ms"] === "number" ? request["after_ms"] : 0;
+  await new Promise((done) => setTimeout(done, after));
+  try {
+    lock.signal.throwIfAborted();
+    return { held: true };
+  } catch {
+    return { held: false };
+  }
 }
 
 /** The open in progress: later requests wait for it (they may arrive before it
@@ -239,6 +258,8 @@ async function handle(request: Json, id: number): Promise<Json> {
     }
     case "await_lost":
       return awaitLost(request);
+    case "check":
+      return check(request);
     case "cancel": {
       const wait = waits.get(field<number>(request, "target", "number"));
       if (wait !== undefined) {

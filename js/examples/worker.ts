@@ -13,9 +13,11 @@ export interface Job {
 /** The processor: what BullMQ calls with `job.data`. */
 export function processor(locks: Locks, redis: Redis) {
   return (job: Job): Promise<string> =>
-    locks.using(`account:${job.account}`, { ttl: 15_000, wait: 60_000 }, async (lock, signal) => {
+    locks.using(`account:${job.account}`, { ttl: 15_000, wait: 60_000 }, async (lock) => {
       const balance = Number((await redis.hget(`balance:${job.account}`, "amount")) ?? "0");
-      signal.throwIfAborted(); // the lock is gone (or going): do not write
+      // Right before the write, through the lock: `lock.signal` reads the clock, so
+      // a pause that outlived the lease is seen even before the lease's timer ran.
+      lock.signal.throwIfAborted(); // the lock is gone (or going): do not write
       // The store keeps the highest token it has seen and refuses lower ones, so a
       // holder that stalled past its lease cannot overwrite a newer one's work.
       const written = await redis.eval(

@@ -6,6 +6,7 @@ import type { Connection } from "./connection.js";
 import { CommandTimeoutError, NoBackendError, UnexpectedReplyError, describe } from "./errors.js";
 import { LIBRARY_SOURCE, SCRIPT_SHA } from "./generated.js";
 import { type Backend, CONTROL_LIMIT_MS, type LibraryCall, checkVersion, command, integer } from "./protocol.js";
+import { type Timer, later } from "./timers.js";
 
 /** The library as `SCRIPT LOAD` takes it: without its `#!lua` line, which Lua 5.1
  * cannot parse (docs/PROTOCOL.md, "Loading"). */
@@ -32,9 +33,9 @@ export function isFunctionMissing(error: unknown): boolean {
   return isServerError(error) && /^ERR Function not found/i.test(error.message);
 }
 
-/** `send` on `connection`, rejected after `limitMs` (none: unbounded) or when
- * `signal` aborts; `onGiveUp` runs then (it closes a dedicated connection, whose
- * reply would otherwise come to nobody). */
+/** `send` on `connection`, rejected after `limitMs` (none: unbounded; any length,
+ * through {@link later}) or when `signal` aborts; `onGiveUp` runs then (it closes a
+ * dedicated connection, whose reply would otherwise come to nobody). */
 export function bounded(
   connection: Connection,
   args: readonly string[],
@@ -45,9 +46,9 @@ export function bounded(
 ): Promise<unknown> {
   if (limitMs === undefined && signal === undefined) return connection.send(args, key);
   return new Promise((resolve, reject) => {
-    let timer: NodeJS.Timeout | undefined;
+    let timer: Timer | undefined;
     const finish = (): void => {
-      clearTimeout(timer);
+      timer?.clear();
       signal?.removeEventListener("abort", aborted);
     };
     const aborted = (): void => {
@@ -62,14 +63,11 @@ export function bounded(
     }
     signal?.addEventListener("abort", aborted, { once: true });
     if (limitMs !== undefined) {
-      timer = setTimeout(
-        () => {
-          finish();
-          onGiveUp?.();
-          reject(new CommandTimeoutError(commandName(args), limitMs));
-        },
-        Math.max(Math.ceil(limitMs), 1),
-      );
+      timer = later(Math.max(limitMs, 1), () => {
+        finish();
+        onGiveUp?.();
+        reject(new CommandTimeoutError(commandName(args), limitMs));
+      });
     }
     connection.send(args, key).then(
       (reply) => {

@@ -47,17 +47,24 @@ export interface Driver {
 }
 
 /** What every ioredis connection of the lock's own overrides: integers as strings
- * (exact tokens), and no `keyPrefix` (ioredis would prefix the keys of FCALL, EVALSHA
+ * (exact tokens); no `keyPrefix` (ioredis would prefix the keys of FCALL, EVALSHA
  * and BLPOP but not those of the module's commands, which it does not know: lock keys
- * are used as given, on every backend). */
-const IOREDIS_OWN = { lazyConnect: true, stringNumbers: true, keyPrefix: "" } as const;
+ * are used as given, on every backend); and a command out when the connection drops
+ * fails at once and is never sent again after a reconnect (ioredis would re-send it:
+ * a release re-sent later could release a later holding of a reused owner, and
+ * answer 0 for the one it released). The client decides what to send again. */
+const IOREDIS_OWN = {
+  lazyConnect: true,
+  stringNumbers: true,
+  keyPrefix: "",
+  autoResendUnfulfilledCommands: false,
+  maxRetriesPerRequest: 0,
+} as const;
 
 /** The options a dedicated ioredis connection overrides besides. */
 const IOREDIS_DEDICATED = {
   ...IOREDIS_OWN,
   enableOfflineQueue: false,
-  maxRetriesPerRequest: 0,
-  autoResendUnfulfilledCommands: false,
   retryStrategy: (): null => null,
   reconnectOnError: null,
   commandTimeout: undefined,
@@ -76,7 +83,7 @@ interface IoRedis extends Emitter {
   isCluster?: boolean;
   status: string;
   options: Record<string, unknown>;
-  stream?: { ref(): void; unref(): void } | undefined;
+  stream?: { ref(): void; unref(): void; destroy(): void } | undefined;
   duplicate(override?: Record<string, unknown>): IoRedis;
   connect(): Promise<unknown>;
   call(command: string, args: (string | Buffer | number)[]): Promise<unknown>;
@@ -193,9 +200,13 @@ class IoConnection implements Connection {
     const [name, ...rest] = args;
     return this.refs.around(() => this.redis.call(name ?? "", rest));
   }
+  /** Destroys the socket rather than ending it (`disconnect()` alone sends its FIN
+   * after what is queued, so a withdrawal sent next on another connection could
+   * reach the server first, while a waiter on this one still counts as connected). */
   close(): void {
     this.closed = true;
     this.redis.disconnect();
+    this.redis.stream?.destroy();
   }
   idle(): void {
     this.refs.idle();

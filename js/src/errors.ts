@@ -61,9 +61,11 @@ export function describe(error: unknown): string {
 }
 
 /**
- * A wait got no answer within its timeout plus {@link WAIT_MARGIN_MS}: the server
- * hangs or the network drops everything. The client withdrew the request (closed
- * the waiting connection, cancelled its place, released a grant that crossed).
+ * A wait got no answer within its timeout plus {@link WAIT_MARGIN_MS}, or, on the
+ * library, one step of its waiting protocol (`lock_wait`, `BLPOP`) got none within
+ * that step's bound (`step`): the server hangs or the network drops everything. The
+ * client withdrew the request (closed the waiting connection, cancelled its place,
+ * released a grant that crossed). `waitMs` is Infinity for a wait without limit.
  */
 export class WaitUnansweredError extends LockError {
   override name = "WaitUnansweredError";
@@ -71,9 +73,13 @@ export class WaitUnansweredError extends LockError {
     readonly key: string,
     readonly waitMs: number,
     readonly marginMs: number,
+    readonly step?: { readonly command: string; readonly limitMs: number },
   ) {
+    const wait = Number.isFinite(waitMs) ? `its ${waitMs} ms` : "no time limit";
     super(
-      `no answer to the wait for lock ${key} within its ${waitMs} ms and the ${marginMs} ms margin: the server hangs or the network is cut; the request was withdrawn`,
+      step === undefined
+        ? `no answer to the wait for lock ${key} within its ${waitMs} ms and the ${marginMs} ms margin: the server hangs or the network is cut; the request was withdrawn`
+        : `no answer to the wait for lock ${key} (${wait}): ${step.command} got none within ${Math.round(step.limitMs)} ms, that step's bound: the server hangs or the network is cut; the request was withdrawn`,
     );
   }
 }

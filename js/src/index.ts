@@ -33,4 +33,4 @@ export {
   WITHDRAW_AFTER_TIMEOUT_MS,
   margin,
 } from "./protocol.js";
-export type { Backend, Mode } from "./protocol.js";
+export type { Backend, Millis, Mode } from "./protocol.js";

@@ -1,17 +1,33 @@
 /**
  * A held lock: its token, its lease and loss signal, its renewal in the background.
  *
- * Renewal extends the lock at a third of its TTL on a dedicated connection of its
- * own (opened at the first renewal, so a short holding costs no connection), each
- * attempt bounded by what is left of the lease; a failed one closes the connection
- * and is tried again soon. The loss signal does not depend on renewal: the lease's
- * timer aborts it at the local deadline whatever the renewals are doing.
+ * Renewal extends the lock on a dedicated connection of its own (opened at the
+ * first renewal, so a short holding costs no connection) when the lease says it is
+ * due (a third of its TTL after the write it counts from: lease.ts), asking for the
+ * TTL the holder last asked for; each attempt is bounded by what is left of the
+ * lease, and a failed one closes the connection and is tried again soon. Every
+ * write (the renewals and the holder's extends) goes through the lease, which keeps
+ * the deadline to what the writes that may still be applied allow. The loss signal
+ * does not depend on renewal: the lease's timer aborts it at the local deadline
+ * whatever the renewals are doing, and each accessor reads the clock.
  */
-import { call, isFunctionMissing } from "./calls.js";
+import { call, isFunctionMissing, isServerError } from "./calls.js";
 import type { Connection } from "./connection.js";
-import { LockLostError, type LossReason } from "./errors.js";
-import { Lease, now } from "./lease.js";
-import { type Backend, type Mode, RELEASE_LIMIT_MS, flag, period, retryDelay, ttlArg } from "./protocol.js";
+import { CommandTimeoutError, LockLostError, type LossReason } from "./errors.js";
+import { Lease, now, type Write } from "./lease.js";
+import {
+  type Backend,
+  type Millis,
+  type Mode,
+  RELEASE_LIMIT_MS,
+  type Span,
+  flag,
+  leaseTtl,
+  period,
+  retryDelay,
+  span,
+} from "./protocol.js";
+import { type Timer, later } from "./timers.js";
 
 /** What a lock needs from the `Locks` that made it. */
 export interface Holder {
@@ -38,15 +54,19 @@ export class Lock implements AsyncDisposable {
   /** The backend that holds it (the scripts backend after the library was lost). */
   backend: Backend;
   private readonly lease: Lease;
-  private renewal: NodeJS.Timeout | undefined;
+  /** The TTL the holder last asked for: each renewal asks for it again. */
+  private asked: Span;
+  private renewal: Timer | undefined;
   private connection: Connection | undefined;
   private renewing = false;
   private stopped = false;
+  /** Not before this (a renewal failed: the pause before the next try). */
+  private retryAt = 0;
 
   /** @internal */
   constructor(
     private readonly holder: Holder,
-    fields: { key: string; owner: string; token: bigint; mode: Mode; backend: Backend; ttl: number; sent: number },
+    fields: { key: string; owner: string; token: bigint; mode: Mode; backend: Backend; ttl: Span; sent: number },
     renew: boolean,
   ) {
     this.key = fields.key;
@@ -54,16 +74,19 @@ export class Lock implements AsyncDisposable {
     this.token = fields.token;
     this.mode = fields.mode;
     this.backend = fields.backend;
+    this.asked = fields.ttl;
     this.lease = new Lease(
       fields.sent,
-      fields.ttl,
+      leaseTtl(fields.backend, fields.ttl.ms),
       (why: LossReason, lastError: unknown) => new LockLostError(this.key, this.owner, this.token, why, lastError),
       (why) => {
         this.stop();
         if (why !== "released") holder.event("lost", this, this.lease.reason());
       },
     );
-    if (renew) this.schedule(this.lease.sent + period(fields.ttl));
+    if (!renew) this.stopped = true;
+    this.lease.start();
+    this.schedule();
   }
 
   /**
@@ -71,12 +94,20 @@ export class Lock implements AsyncDisposable {
    * acknowledged before the lease's local deadline (at the latest then, before the
    * server can grant it to anyone else), or it was released. `signal.reason` is a
    * {@link LockLostError} saying which.
+   *
+   * Reading `lock.signal` reads the clock: past the deadline it aborts the signal
+   * first. So `lock.signal.throwIfAborted()` (or `lock.signal.aborted`) right before
+   * a write is the check to make, even when the process was stopped and another
+   * timer runs before the lease's own. A signal kept from an earlier read (the one
+   * `using` hands the routine) is aborted by a timer: give it to what listens for
+   * the abort, and check through `lock` before each write.
    */
   get signal(): AbortSignal {
     return this.lease.signal;
   }
 
-  /** True once the lock is lost, or its lease ran out, or it was released. */
+  /** True once the lock is lost, or its lease ran out, or it was released (reads
+   * the clock, as {@link signal} does). */
   get lost(): boolean {
     return this.lease.lost;
   }
@@ -86,43 +117,58 @@ export class Lock implements AsyncDisposable {
     return this.lease.remaining();
   }
 
-  /** The TTL in ms the holding was last acquired or extended with. */
+  /** The TTL in ms the holder last asked for (at the acquire, or its last extend),
+   * which each renewal asks for again; past 2^53, the nearest `number`. */
   get ttl(): number {
-    return this.lease.ttl;
+    return this.asked.ms;
   }
 
-  /** Throws the {@link LockLostError} once the lock is lost: `lock.check()` between
-   * steps of the work stops it before it does harm. */
+  /** Throws the {@link LockLostError} once the lock is lost (reads the clock, as
+   * {@link signal} does): the same check as `lock.signal.throwIfAborted()`. */
   check(): void {
-    if (this.lease.lost && this.lease.ended === undefined) this.lease.end("expired");
-    const reason = this.lease.reason();
+    const reason = this.lease.lost ? this.lease.reason() : undefined;
     if (reason !== undefined) throw reason;
   }
 
-  /** Gives the lock back; false if the server no longer held it for this owner. The
-   * signal aborts (reason "released") and renewal stops first. */
+  /**
+   * Gives the lock back; false if the server no longer held it for this owner. The
+   * signal aborts (reason "released") and renewal stops first. A release whose
+   * connection failed before its answer came (it may have run) is sent once more
+   * within the same bound: answered 0 while the lease still held, it is the first
+   * one that released it, and this says true. It is never re-sent by the driver.
+   */
   async release(): Promise<boolean> {
     this.stop();
     const wasLost = this.lease.lost;
     this.lease.end("released");
+    const started = now();
+    let released: boolean;
     try {
-      const connection = await this.holder.command();
-      const reply = await this.send(connection, "lock_release", [this.owner], RELEASE_LIMIT_MS);
-      const released = flag(reply, "release");
-      this.holder.event("released", this, released);
-      return released;
+      released = flag(await this.sendRelease(RELEASE_LIMIT_MS), "release");
     } catch (error) {
       if (wasLost) return false;
-      throw error;
+      const left = RELEASE_LIMIT_MS - (now() - started);
+      if (isServerError(error) || error instanceof CommandTimeoutError || left <= 0) throw error;
+      const again = now();
+      released = flag(await this.sendRelease(left), "release") || again < this.lease.validUntil;
     }
+    this.holder.event("released", this, released);
+    return released;
   }
 
-  /** Extends the lock to `ttl` ms from now (by default its TTL); false, and the
-   * signal aborted, if the server no longer holds it for this owner. */
-  async extend(ttl: number = this.lease.ttl): Promise<boolean> {
-    ttlArg(ttl);
+  /**
+   * Extends the lock to `ttl` ms from now (by default the TTL last asked for), and
+   * renews it with that TTL from then on; false, and the signal aborted, if the
+   * server no longer holds it for this owner; false without a call once the lock is
+   * lost. A shorter TTL shortens the lease as soon as it is sent. `ttl`: a number of
+   * ms, or a bigint (exact to 2^62 − 1).
+   */
+  async extend(ttl?: Millis): Promise<boolean> {
+    const asked = ttl === undefined ? this.asked : span(ttl);
+    if (this.lease.lost) return false;
     const connection = await this.holder.command();
-    return this.extendOn(connection, ttl, RELEASE_LIMIT_MS);
+    this.asked = asked;
+    return this.extendOn(connection, asked, RELEASE_LIMIT_MS);
   }
 
   /** Releases the lock unless released already: `await using lock = await
@@ -134,6 +180,11 @@ export class Lock implements AsyncDisposable {
     if (this.lease.ended !== "released") {
       await this.release().catch(() => false);
     }
+  }
+
+  private async sendRelease(limitMs: number): Promise<unknown> {
+    const connection = await this.holder.command();
+    return this.send(connection, "lock_release", [this.owner], limitMs);
   }
 
   private async send(connection: Connection, name: "lock_release" | "lock_extend", args: string[], limitMs: number) {
@@ -150,51 +201,68 @@ export class Lock implements AsyncDisposable {
     }
   }
 
-  private async extendOn(connection: Connection, ttl: number, limitMs: number): Promise<boolean> {
-    const sent = now();
-    const reply = await this.send(connection, "lock_extend", [this.owner, ttlArg(ttl)], limitMs);
-    if (flag(reply, "extend")) {
-      this.lease.renewed(sent, ttl);
-      return true;
+  /** Sends an extend to `ttl` through the lease: it counts as a write that may be
+   * applied from now on, until its answer says otherwise. */
+  private async extendOn(connection: Connection, ttl: Span, limitMs: number): Promise<boolean> {
+    const write: Write = this.lease.send(leaseTtl(this.backend, ttl.ms));
+    this.schedule(); // a shorter TTL in flight may bring the next renewal forward
+    let reply: unknown;
+    try {
+      reply = await this.send(connection, "lock_extend", [this.owner, ttl.text], limitMs);
+    } catch (error) {
+      // Unanswered, or answered with an error: it may have been applied (or may
+      // still be), so it stays among the writes the lease counts with.
+      this.lease.abandoned(write);
+      throw error;
     }
-    this.lease.end("refused");
-    return false;
+    if (!flag(reply, "extend")) {
+      this.lease.end("refused");
+      return false;
+    }
+    const held = this.lease.applied(write);
+    if (held) {
+      this.retryAt = 0;
+      this.schedule();
+    }
+    return held;
   }
 
-  private schedule(at: number): void {
+  /** Arms the renewal for when the lease says it is due (not before a retry's
+   * pause), or when the lease ends if that is sooner. */
+  private schedule(): void {
     if (this.stopped) return;
-    clearTimeout(this.renewal);
-    const wake = Math.min(at, this.lease.validUntil);
-    this.renewal = setTimeout(() => void this.renew(), Math.max(Math.ceil(wake - now()), 0));
-    this.renewal.unref();
+    this.renewal?.clear();
+    const wake = Math.min(Math.max(this.lease.renewalDue(), this.retryAt), this.lease.validUntil);
+    this.renewal = later(wake - now(), () => void this.renew(), true);
   }
 
   private async renew(): Promise<void> {
     if (this.stopped || this.renewing) return;
-    if (this.lease.lost) {
-      this.lease.end("expired");
+    if (this.lease.lost) return;
+    if (now() < Math.max(this.lease.renewalDue(), this.retryAt) - 1) {
+      this.schedule(); // moved on since (an extend was answered)
       return;
     }
     this.renewing = true;
-    const ttl = this.lease.ttl;
-    const limit = Math.max(this.lease.remaining(), 10);
+    const ttl = this.asked;
+    // A renewal unanswered for a third of the lease's TTL (at least the release
+    // limit) is tried again on a new connection, never past the lease.
+    const limit = Math.max(Math.min(this.lease.remaining(), Math.max(period(this.lease.shortestTtl()), RELEASE_LIMIT_MS)), 10);
     try {
       const connection = await this.renewalConnection(limit);
       const held = await this.extendOn(connection, ttl, limit);
-      if (held) {
-        this.holder.event("renewed", this);
-        this.schedule(this.lease.sent + period(ttl));
-      }
+      if (held) this.holder.event("renewed", this);
     } catch (error) {
       this.connection?.close();
       this.connection = undefined;
       this.lease.lastError = error;
       if (!this.stopped) {
         this.holder.event("renewalFailed", this, error);
-        this.schedule(now() + retryDelay(ttl));
+        this.retryAt = now() + retryDelay(this.lease.shortestTtl());
       }
     } finally {
       this.renewing = false;
+      this.schedule();
     }
   }
 
@@ -203,9 +271,9 @@ export class Lock implements AsyncDisposable {
   private async renewalConnection(limitMs: number): Promise<Connection> {
     if (this.connection !== undefined && !this.connection.closed) return this.connection;
     const opening = this.holder.dedicated(this.key);
-    let timer: NodeJS.Timeout | undefined;
+    let timer: Timer | undefined;
     const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no connection for the renewal within ${Math.round(limitMs)} ms`)), limitMs);
+      timer = later(limitMs, () => reject(new Error(`no connection for the renewal within ${Math.round(limitMs)} ms`)));
     });
     try {
       this.connection = await Promise.race([opening, timeout]);
@@ -215,14 +283,14 @@ export class Lock implements AsyncDisposable {
       void opening.then((c) => c.close(), () => undefined);
       throw error;
     } finally {
-      clearTimeout(timer);
+      timer?.clear();
     }
   }
 
   /** Stops renewing and closes the renewal's connection. */
   private stop(): void {
     this.stopped = true;
-    clearTimeout(this.renewal);
+    this.renewal?.clear();
     this.connection?.close();
     this.connection = undefined;
   }

@@ -16,11 +16,15 @@ import {
   type Backend,
   BACKENDS,
   CONTROL_LIMIT_MS as COMMAND_LIMIT_MS,
+  DEFAULT_MAX_OWNER_LEN,
+  type Millis,
   type Mode,
+  type Span,
   checkOwner,
   checkVersion,
   command,
   integer,
+  span,
 } from "./protocol.js";
 
 /** Where `Locks` tells what happens to its locks, besides its events. */
@@ -41,17 +45,22 @@ export interface LocksOptions {
 }
 
 export interface AcquireOptions {
-  /** How long the server keeps the lock without a renewal, in ms. */
-  ttl: number;
-  /** How long to wait in the server's FIFO queue, in ms: 0 does not wait; the
-   * default, `Infinity`, waits without limit (until `signal` aborts). */
-  wait?: number;
-  /** Aborting it mid-wait withdraws from the queue, leaving nothing behind; the
-   * promise rejects with the signal's reason. */
+  /** How long the server keeps the lock without a renewal, in ms: from 1 to 2^62 − 1,
+   * a number (a fraction rounds up; past 2^53 a number is rounded, so give an exact
+   * value there as a bigint) or a bigint. */
+  ttl: Millis;
+  /** How long to wait in the server's FIFO queue, in ms (a number or a bigint, up
+   * to 2^62 − 1): 0 does not wait; the default, `Infinity`, waits without limit
+   * (until `signal` aborts). */
+  wait?: Millis;
+  /** Aborting it mid-wait, or while an acquire that does not wait is on its way,
+   * withdraws what it may have been granted, leaving nothing behind; the promise
+   * rejects with the signal's reason. */
   signal?: AbortSignal;
-  /** The owner id the server knows the holding by; by default `host:pid:` and 16
-   * random hex digits, new for each acquire. Give one only to pick a holding up again
-   * (an acquire by its holder refreshes it and answers the same token). */
+  /** The owner id the server knows the holding by (1 to 256 bytes); by default
+   * `host:pid:` and 16 random hex digits, new for each acquire. Give one only to
+   * pick a holding up again (an acquire by its holder refreshes it and answers the
+   * same token). */
   owner?: string;
   /** A shared holding (a read lock): held beside other shared ones, never beside an
    * exclusive one. */
@@ -82,7 +91,9 @@ export class LockBusyError extends LockError {
   }
 }
 
-const HOST = hostname();
+// Cut so that an owner id stays within the server's limit (a host name has up to
+// 253 bytes; the pid and the random part take at most 25 more).
+const HOST = Buffer.from(hostname()).subarray(0, DEFAULT_MAX_OWNER_LEN - 32).toString();
 /** Random bytes drawn 4 KiB at a time: an acquire costs no system call for its owner. */
 let pool = Buffer.alloc(0);
 let drawn = 0;
@@ -96,6 +107,16 @@ export function newOwner(): string {
   const random = pool.toString("hex", drawn, drawn + 8);
   drawn += 8;
   return `${HOST}:${process.pid}:${random}`;
+}
+
+/** A wait as the API takes it: Infinity (the default) without limit, 0 none. */
+function waitOf(wait: Millis | undefined): Span | "none" | "forever" {
+  if (wait === undefined || wait === Infinity) return "forever";
+  if (wait === 0 || wait === 0n) return "none";
+  if ((typeof wait === "number" && wait < 0) || (typeof wait === "bigint" && wait < 0n)) {
+    throw new RangeError(`wait must be 0 or more milliseconds (Infinity: without limit): ${String(wait)}`);
+  }
+  return span(wait, "wait");
 }
 
 /** Dedicated connections kept for the next wait, per `Locks`. */
@@ -168,15 +189,15 @@ export class Locks extends EventEmitter<LocksEvents> {
    * Takes the lock at `key`, waiting in the server's FIFO queue for `wait` ms (by
    * default without limit). Resolves the {@link Lock}, or `null` if the wait ended
    * without it (busy). Rejects with a {@link WaitUnansweredError} when a timed wait
-   * got no answer within its timeout and a second (the server hangs, the network is
-   * cut), and with the signal's reason when `signal` aborts.
+   * got no answer within its timeout and a second, or a step of a wait on the
+   * library none within its own bound (the server hangs, the network is cut), and
+   * with the signal's reason when `signal` aborts (after withdrawing what the
+   * acquire may have been granted).
    */
   async acquire(key: string, options: AcquireOptions): Promise<Lock | null> {
     if (typeof key !== "string" || key.length === 0) throw new TypeError("a lock key must be a non-empty string");
-    const wait = options.wait ?? Infinity;
-    if (typeof wait !== "number" || Number.isNaN(wait) || wait < 0) {
-      throw new RangeError(`wait must be 0 or more milliseconds (Infinity: without limit): ${String(wait)}`);
-    }
+    const ttl = span(options.ttl);
+    const wait = waitOf(options.wait);
     const mode: Mode = { shared: options.shared === true || options.limit !== undefined, ...(options.limit === undefined ? {} : { limit: options.limit }) };
     const owner = options.owner === undefined ? newOwner() : checkOwner(options.owner);
     for (let again = true; ; again = false) {
@@ -186,7 +207,7 @@ export class Locks extends EventEmitter<LocksEvents> {
           key,
           owner,
           ownerGiven: options.owner !== undefined,
-          ttl: options.ttl,
+          ttl,
           mode,
           wait,
           signal: options.signal,
@@ -194,7 +215,7 @@ export class Locks extends EventEmitter<LocksEvents> {
         if (grant === null) return null;
         const lock = new Lock(
           this.holder,
-          { key, owner, token: grant.token, mode, backend, ttl: options.ttl, sent: grant.sent },
+          { key, owner, token: grant.token, mode, backend, ttl, sent: grant.sent },
           options.renew ?? this.renew,
         );
         this.lockEvent("acquired", lock);
@@ -217,8 +238,10 @@ export class Locks extends EventEmitter<LocksEvents> {
    * `options.wait` says), renews it while the routine runs, and releases it
    * afterwards, also when the routine throws. The routine gets the lock and a signal
    * that aborts when the lock is lost (or `options.signal` aborts): pass it to
-   * whatever it does. Resolves what the routine resolves; rejects with
-   * {@link LockBusyError} when the wait ended without the lock.
+   * whatever it does, and check through the lock right before each write
+   * (`lock.signal.throwIfAborted()`, which reads the clock). Resolves what the
+   * routine resolves; rejects with {@link LockBusyError} when the wait ended without
+   * the lock.
    */
   async using<T>(
     key: string,

@@ -80,17 +80,54 @@ export function retryDelay(ttlMs: number): number {
   return Math.min(Math.max(period(ttlMs) / 4, 10), 250);
 }
 
-/** A TTL in ms as the server takes it: a positive whole number (a fraction is
- * rounded up), at most {@link MAX_MILLIS}. */
-export function ttlArg(ms: number, what = "ttl"): string {
-  if (typeof ms !== "number" || !Number.isFinite(ms) || ms <= 0) {
-    throw new RangeError(`${what} must be a positive, finite number of milliseconds: ${String(ms)}`);
+/**
+ * A TTL or a wait as the API takes it, in milliseconds: a `number` (a fraction is
+ * rounded up; past 2^53 a number is the double it is, which may not be what was
+ * written: 2 ** 62 - 1 is 2^62) or a `bigint`, exact to {@link MAX_MILLIS}
+ * (2^62 − 1).
+ */
+export type Millis = number | bigint;
+
+/** A TTL or wait checked: `text` as the server takes it (exact), `ms` for the
+ * client's own clock arithmetic (the nearest double). */
+export interface Span {
+  readonly text: string;
+  readonly ms: number;
+}
+
+/** The longest TTL the library keeps as it is: it holds absolute times below 2^53 ms
+ * (Lua's doubles), ending a longer TTL at 2^53 ms after the epoch (the year 287,000;
+ * docs/PROTOCOL.md, "TTLs past 2^53 ms"). Up to 2^52 it sets the TTL as it is, which
+ * ends before then for the next 140,000 years; so on the library a lease counts at
+ * most this long. The module keeps every TTL exactly. */
+export const LIBRARY_EXACT_TTL_MS = 2 ** 52;
+
+/** The TTL a lease on `backend` may count with for a write of `ttlMs`. */
+export function leaseTtl(backend: Backend, ttlMs: number): number {
+  return backend === "module" ? ttlMs : Math.min(ttlMs, LIBRARY_EXACT_TTL_MS);
+}
+
+/** `value` as the server takes it: a positive whole number of ms (a fraction is
+ * rounded up), at most {@link MAX_MILLIS}; a RangeError otherwise. */
+export function span(value: Millis, what = "ttl"): Span {
+  let whole: bigint;
+  if (typeof value === "bigint") {
+    whole = value;
+  } else if (typeof value === "number" && Number.isFinite(value) && value > 0) {
+    whole = BigInt(Math.ceil(value));
+  } else {
+    throw new RangeError(`${what} must be a positive, finite number of milliseconds (or a bigint): ${String(value)}`);
   }
-  const whole = BigInt(Math.ceil(ms));
-  if (whole > BigInt(MAX_MILLIS)) {
-    throw new RangeError(`${what} is out of range: at most ${MAX_MILLIS} ms`);
+  if (whole < 1n || whole > MAX_MILLIS) {
+    const hint = typeof value === "number" && whole > MAX_MILLIS ? " (past 2^53 a number is rounded: give a bigint)" : "";
+    throw new RangeError(`${what} is out of range: from 1 to ${MAX_MILLIS} ms, not ${String(value)}${hint}`);
   }
-  return whole.toString();
+  return { text: whole.toString(), ms: Number(whole) };
+}
+
+/** A TTL in ms as the server takes it (see {@link span}). */
+export function ttlArg(ms: Millis, what = "ttl"): string {
+  return span(ms, what).text;
 }
 
 /** `[SHARED | LIMIT n]`. */
@@ -105,9 +142,17 @@ export function modeArgs(mode: Mode): string[] {
   return mode.shared === true ? ["SHARED"] : [];
 }
 
+/** An owner id the server takes: from 1 to {@link DEFAULT_MAX_OWNER_LEN} bytes
+ * (the library's limit, and the module's unless its config lowers it), as the Go
+ * client checks it: a TypeError for one that is not a string or is empty, a
+ * RangeError for one too long. */
 export function checkOwner(owner: string): string {
   if (typeof owner !== "string" || owner.length === 0) {
     throw new TypeError("an owner id must be a non-empty string");
+  }
+  const bytes = Buffer.byteLength(owner);
+  if (bytes > DEFAULT_MAX_OWNER_LEN) {
+    throw new RangeError(`an owner id has from 1 to ${DEFAULT_MAX_OWNER_LEN} bytes, not ${bytes}`);
   }
   return owner;
 }

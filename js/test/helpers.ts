@@ -246,39 +246,53 @@ export class Cluster {
 /**
  * A TCP proxy to a server that can be cut: `cut()` keeps every connection open but
  * passes nothing either way (a black hole, as a partition looks to a client), and new
- * connections are accepted and then hear nothing.
+ * connections are accepted and then hear nothing. `delay(ms)` passes each chunk on
+ * that long after it came (a slow network); `dropReplies()` drops what the server
+ * sends on the connections open now (the server acts on each command, no answer
+ * comes back) until `heal()`, which closes the connections that lost bytes.
  */
 export class BlackHole {
   private constructor(
     private readonly server: NetServer,
     private readonly sockets: Set<Socket>,
-    private readonly state: { cutOff: boolean },
+    private readonly links: Set<Link>,
+    private readonly state: { cutOff: boolean; delayMs: number },
     readonly port: number,
   ) {}
 
   static async start(target: number): Promise<BlackHole> {
     const sockets = new Set<Socket>();
-    const state = { cutOff: false };
+    const links = new Set<Link>();
+    const state = { cutOff: false, delayMs: 0 };
     const server = createServer((client) => {
       const upstream = connect(target, "127.0.0.1");
+      const link: Link = { client, upstream, repliesDropped: false, lost: false };
+      links.add(link);
       for (const s of [client, upstream]) {
         sockets.add(s);
         s.on("error", () => undefined);
         s.on("close", () => sockets.delete(s));
       }
-      client.on("data", (d) => {
-        if (!state.cutOff) upstream.write(d);
+      const pass = (to: Socket, d: Buffer, drop: () => boolean): void => {
+        const go = (): void => {
+          if (state.cutOff || drop()) link.lost = true;
+          else if (!to.destroyed) to.write(d);
+        };
+        if (state.delayMs > 0) setTimeout(go, state.delayMs);
+        else go();
+      };
+      client.on("data", (d: Buffer) => pass(upstream, d, () => false));
+      upstream.on("data", (d: Buffer) => pass(client, d, () => link.repliesDropped));
+      client.on("close", () => {
+        upstream.destroy();
+        links.delete(link);
       });
-      upstream.on("data", (d) => {
-        if (!state.cutOff) client.write(d);
-      });
-      client.on("close", () => upstream.destroy());
       upstream.on("close", () => client.destroy());
     });
     await new Promise<void>((ok) => server.listen(0, "127.0.0.1", ok));
     const address = server.address();
     if (typeof address !== "object" || address === null) throw new Error("no proxy port");
-    return new BlackHole(server, sockets, state, address.port);
+    return new BlackHole(server, sockets, links, state, address.port);
   }
 
   get url(): string {
@@ -289,10 +303,40 @@ export class BlackHole {
     this.state.cutOff = true;
   }
 
+  delay(ms: number): void {
+    this.state.delayMs = ms;
+  }
+
+  dropReplies(): void {
+    for (const link of this.links) link.repliesDropped = true;
+  }
+
+  /** Whether bytes were dropped (a black hole, dropped replies) since the last heal. */
+  dropped(): boolean {
+    return [...this.links].some((link) => link.lost);
+  }
+
+  /** Passes everything again, at once; the connections that lost bytes are closed. */
+  heal(): void {
+    this.state.cutOff = false;
+    this.state.delayMs = 0;
+    for (const link of this.links) {
+      link.repliesDropped = false;
+      if (link.lost) link.client.destroy();
+    }
+  }
+
   async stop(): Promise<void> {
     for (const s of this.sockets) s.destroy();
     await new Promise((ok) => this.server.close(ok));
   }
+}
+
+interface Link {
+  client: Socket;
+  upstream: Socket;
+  repliesDropped: boolean;
+  lost: boolean;
 }
 
 /** One of the Redis clients the package supports, connected to `port`. */
