@@ -16,7 +16,7 @@ DEBS      := redis-server redis-tools redis-sentinel libclang-dev python3-venv p
 PYTHON    ?= python3
 VENV      := target/venv
 
-.PHONY: all build run install install-build uninstall deb test test-library test-library-scripts test-package test-servers python-test test-js js-build test-go conformance bench bench-peers bench-peers-go demo memcheck fuzz torture failover deps lint clean
+.PHONY: all build run install install-build uninstall deb test test-library test-library-scripts test-package test-servers python-test test-js js-build test-go conformance bench bench-peers bench-peers-go demo demo-fencing memcheck fuzz torture failover deps lint clean
 
 all: build
 
@@ -241,6 +241,15 @@ test-servers: deps
 demo: build
 	REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE) $(CARGO) run --release -p redis-lock-client \
 	  --example workers -- --kill-one
+
+# Fenced writes, the proof: a worker stopped (SIGSTOP) past its TTL while a rival takes
+# over, three ways side by side (SET NX PX, redis-py's Lock, redis-lock's guard and
+# PostgreSQL fence) on a redis-server and a PostgreSQL it starts itself; prints what
+# landed (python/examples/demo_fencing.py, about 10 s; python/tests/test_demo_fencing.py
+# runs it in `make python-test`).
+demo-fencing: $(VENV)/.installed
+	$(CARGO) build --lib -p redis-lock
+	$(VENV)/bin/python python/examples/demo_fencing.py
 
 # Every integration test with redis-server under valgrind memcheck; fails on any
 # memory error or definite leak. Slow: timing bounds in the tests widen under it.

@@ -25,10 +25,9 @@ import "time"
 // extend to a longer one) can shorten it. A write never answered stays a window for
 // the life of the holding: it may still arrive.
 //
-// This is SPEC "Clients: what a holder can trust" with one refinement: a W sent
-// after V is applied after its own send, so its window starts at s_W, not s_V
-// (an extend to a shorter TTL, sent long after the last renewal, does not end the
-// lease at once).
+// This is contract.md "Renewal and the lease": a W sent after V is applied after
+// its own send, so its window starts at s_W, not s_V (an extend to a shorter TTL,
+// sent long after the last renewal, does not end the lease at once).
 
 // write is one write that sets the holding's expiry: when it was sent, with which
 // TTL, and what became of it.

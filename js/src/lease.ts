@@ -9,17 +9,16 @@
  * whose bytes may still arrive) can reach the server in another order than they
  * were sent, and the expiry is set by the one applied last. So the lease counts
  * from V, the acknowledged write sent last, and is no longer than any write that
- * could still be the last one applied allows (SPEC, "Clients"; the brief of issue
- * 44, "The lease rule"):
+ * could still be the last one applied allows (contract.md "Renewal and the lease"):
  *
  *     deadline = min over V and every write W not known to be applied before V of
  *                start(W) + T_W − margin(T_W),   start(W) = max(s_V, s_W)
  *
  * where W is known to be applied before V when its reply arrived before V was sent.
  * A W that may be applied after V was so after both sends, hence `max(s_V, s_W)`:
- * the rule as the brief writes it (`s_V + T_min − margin(T_min)`) where W was sent
- * before V, and as long as W itself allows where W was sent after it (an extend to
- * a shorter TTL late in a holding does not end the lease at once). Writes with the
+ * `s_V + T_W − margin(T_W)` where W was sent before V, and as long as W itself
+ * allows where W was sent after it (an extend to a shorter TTL late in a holding
+ * does not end the lease at once). Writes with the
  * TTL of V change nothing. A write never answered (given up) stays for the life of
  * the holding: it may still arrive. The client does not use "a connection keeps
  * order": the drivers reconnect under the same connection object, so two writes on

@@ -72,7 +72,7 @@ describe("the lease rule", () => {
     assert.equal(writes.renewalDue(), 10_700);
   });
 
-  it("counts a renewal answered after the extend that was sent after it (the reorder of issue 44)", () => {
+  it("counts a renewal answered after the extend that was sent after it (a renewal reordered after an extend)", () => {
     // acquire 3 s at 0; a renewal (3 s) at 1000, held back in the network; the
     // holder's extend (30 s) at 1200 reaches the server first and is answered; the
     // renewal is applied last: the server's expiry is then 1400 + 3000.

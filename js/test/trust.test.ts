@@ -1,4 +1,4 @@
-// What a holder can trust (issue 44), against real servers: huge and tiny TTLs and
+// What a holder can trust (contract.md "Clients"), against real servers: huge and tiny TTLs and
 // waits, an extend to a shorter TTL, a check from a timer that ran late, an acquire
 // aborted on its way or as the holder releases, a release whose reply was lost, and
 // a wait without limit on the library when the path dies. Each failed before its fix.

@@ -7,8 +7,9 @@ answered on stdout. Two registrations run it: ``python`` drives the asyncio hold
 (their ``on_lost`` callback, a cancelled task to cancel a wait), ``python-sync``
 (``--sync``) the threaded ones, a thread per request so that requests overlap as a
 user's threads would; the threaded API has no way to cancel a wait from another
-thread, so that one claims no ``cancel``. Not a test module itself (pytest collects
-``test_*.py`` only).
+thread, so that one claims no ``cancel``. ``fence_postgres`` writes through psycopg 3
+(asyncio) and psycopg2 (threads), the test dependencies of requirements-dev.txt. Not a
+test module itself (pytest collects ``test_*.py`` only).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from redis_lock_client import (
     AsyncReadLock,
     AsyncReadWriteLock,
     AsyncSemaphore,
+    FencedError,
     LibraryVersionError,
     Lock,
     LockLostError,
@@ -94,6 +96,8 @@ def hello() -> dict[str, Any]:
                 "owner",
                 "info",
                 "check",
+                "guard",
+                "fence_postgres",
                 "loss_events",
             ],
             "constants": {
@@ -123,6 +127,8 @@ def failure_of(error: BaseException, waiting: bool) -> Failure:
         return Failure("library_too_new" if newer else "library_too_old", message)
     if isinstance(error, NoLockBackendError):
         return Failure("no_backend", message)
+    if isinstance(error, FencedError):  # before LockLostError, its base
+        return Failure("fenced", message)
     if isinstance(error, LockLostError):
         return Failure("lock_lost", message)
     if isinstance(error, redis.exceptions.ResponseError):
@@ -171,6 +177,19 @@ def info_reply(found: dict[str, Any] | None) -> dict[str, Any]:
     return {"info": {"mode": found["mode"], "waiters": found["waiters"], "holders": holders}}
 
 
+#: The fenced write of ``fence_postgres`` after the fence (the harness made the table).
+WRITE_SQL = (
+    "INSERT INTO conformance_writes (resource, value) VALUES (%s, %s) "
+    "ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value"
+)
+
+
+def postgres_url(url: str | None) -> str:
+    if url is None:
+        raise Failure("bad_request", "no postgres URL came with open")
+    return url
+
+
 def lost_event(name: str) -> Any:
     def on_lost() -> None:
         write({"event": "lost", "lock": name, "cause": "unknown", "message": "lock.lost"})
@@ -187,6 +206,7 @@ class Adapter:
         self.locks: dict[str, AsyncHolder] = {}
         self.inspectors: dict[str, AsyncLock] = {}
         self.waits: dict[int, asyncio.Task[dict[str, Any]]] = {}
+        self.postgres: str | None = None
 
     def redis(self) -> redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster:
         if self.client is None:
@@ -226,6 +246,14 @@ class Adapter:
             await asyncio.sleep(request.get("after_ms", 0) / 1000)
             # The check the docs show before a write under the lock.
             return {"held": not held.lost.is_set()}
+        if op == "guard":
+            held = self.holder(request)
+            key, value = field(request, "key"), field(request, "value")
+            await asyncio.sleep(request.get("after_ms", 0) / 1000)
+            await held.guard([key], "SET", key, value)
+            return {"written": True}
+        if op == "fence_postgres":
+            return await self.fence_postgres(request)
         if op == "cancel":
             task = self.waits.get(int(field(request, "target")))
             if task is not None and not task.done():
@@ -242,9 +270,29 @@ class Adapter:
             return info_reply(await inspector.info())
         raise Failure("unsupported", f"no request {op!r}")
 
+    async def fence_postgres(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One transaction on a connection of its own (psycopg 3, asyncio): the
+        lock's fence, then the write."""
+        held = self.holder(request)
+        if not isinstance(held, AsyncLock):
+            raise Failure("unsupported", "only an exclusive holding's token fences")
+        import psycopg  # a test dependency, loaded by the actors that write there
+
+        resource, value = field(request, "resource"), field(request, "value")
+        conn = await psycopg.AsyncConnection.connect(postgres_url(self.postgres), autocommit=True)
+        try:
+            await asyncio.sleep(request.get("after_ms", 0) / 1000)
+            async with conn.transaction(), conn.cursor() as cur:
+                await held.fence_postgres(cur, resource)
+                await cur.execute(WRITE_SQL, (resource, value))
+        finally:
+            await conn.close()
+        return {"written": True}
+
     async def open(self, request: dict[str, Any]) -> dict[str, Any]:
         backend = request.get("backend", "auto")
         self.backend = None if backend == "auto" else backend
+        self.postgres = request.get("postgres")
         auth: dict[str, Any] = {
             "username": request.get("username"),
             "password": request.get("password"),
@@ -327,6 +375,7 @@ class SyncAdapter:
         self.locks: dict[str, SyncHolder] = {}
         self.inspectors: dict[str, Lock] = {}
         self.guard = threading.Lock()
+        self.postgres: str | None = None
 
     def redis(self) -> redis.Redis | redis.cluster.RedisCluster:
         if self.client is None:
@@ -371,6 +420,14 @@ class SyncAdapter:
             time.sleep(request.get("after_ms", 0) / 1000)
             # The check the docs show before a write under the lock.
             return {"held": not held.lost.is_set()}
+        if op == "guard":
+            held = self.holder(request)
+            key, value = field(request, "key"), field(request, "value")
+            time.sleep(request.get("after_ms", 0) / 1000)
+            held.guard([key], "SET", key, value)
+            return {"written": True}
+        if op == "fence_postgres":
+            return self.fence_postgres(request)
         if op == "info":
             key = field(request, "key")
             with self.guard:
@@ -381,9 +438,29 @@ class SyncAdapter:
             return info_reply(inspector.info())
         raise Failure("unsupported", f"no request {op!r}")
 
+    def fence_postgres(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One transaction on a connection of its own (psycopg2: the threaded API
+        runs on the other driver): the lock's fence, then the write."""
+        held = self.holder(request)
+        if not isinstance(held, Lock):
+            raise Failure("unsupported", "only an exclusive holding's token fences")
+        import psycopg2  # a test dependency, loaded by the actors that write there
+
+        resource, value = field(request, "resource"), field(request, "value")
+        conn = psycopg2.connect(postgres_url(self.postgres))
+        try:
+            time.sleep(request.get("after_ms", 0) / 1000)
+            with conn, conn.cursor() as cur:  # commits, or rolls back on an error
+                held.fence_postgres(cur, resource)
+                cur.execute(WRITE_SQL, (resource, value))
+        finally:
+            conn.close()
+        return {"written": True}
+
     def open(self, request: dict[str, Any]) -> dict[str, Any]:
         backend = request.get("backend", "auto")
         self.backend = None if backend == "auto" else backend
+        self.postgres = request.get("postgres")
         auth: dict[str, Any] = {
             "username": request.get("username"),
             "password": request.get("password"),

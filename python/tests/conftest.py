@@ -2,10 +2,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 import redis
 
-from servers import BlackHoleProxy, RedisServer
+from redis_lock_client import postgres
+
+from servers import BlackHoleProxy, PostgresMissing, PostgresServer, RedisServer
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -38,3 +41,20 @@ def proxy(server: RedisServer) -> Iterator[BlackHoleProxy]:
     started = BlackHoleProxy(server.port)
     yield started
     started.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A PostgreSQL of the session's own (tests/postgres/start), with the fence
+    table made by the client's helper; skipped where PostgreSQL is not installed."""
+    try:
+        started = PostgresServer(tmp_path_factory.mktemp("postgres") / "pg")
+    except PostgresMissing as missing:
+        pytest.skip(f"no PostgreSQL: {missing} (make deps installs it)")
+    try:
+        with psycopg.connect(started.url, autocommit=True) as conn, conn.cursor() as cur:
+            postgres.create_table(cur)
+            cur.execute("CREATE TABLE reports (day text PRIMARY KEY, body text NOT NULL)")
+        yield started.url
+    finally:
+        started.stop()

@@ -236,6 +236,40 @@ class BlackHoleProxy:
                 sock.close()
 
 
+class PostgresServer:
+    """A PostgreSQL server of the tests' own, started by the repository's
+    ``tests/postgres/start`` (initdb and pg_ctl as an unprivileged user, a free
+    loopback port, a temporary directory) and stopped by ``tests/postgres/stop``.
+    :class:`PostgresMissing` when no PostgreSQL is installed."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        started = subprocess.run(
+            [str(ROOT / "tests" / "postgres" / "start"), str(directory)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if started.returncode != 0:
+            if "no PostgreSQL server found" in started.stderr:
+                raise PostgresMissing(started.stderr.strip())
+            raise RuntimeError(f"tests/postgres/start failed: {started.stderr.strip()}")
+        #: ``postgres://postgres@127.0.0.1:PORT/postgres``
+        self.url = started.stdout.strip()
+
+    def stop(self) -> None:
+        subprocess.run(
+            [str(ROOT / "tests" / "postgres" / "stop"), str(self.dir)],
+            capture_output=True,
+            timeout=60,
+        )
+
+
+class PostgresMissing(Exception):
+    """No PostgreSQL server on this machine (``apt-get install postgresql``, or
+    ``PG_BIN``)."""
+
+
 def wait_until(condition: Callable[[], bool], limit: float = 5.0) -> None:
     deadline = time.monotonic() + limit
     while not condition():

@@ -1,7 +1,7 @@
 """On a real 3-master Cluster (the module on every node, or the library loaded on every
 master), through redis-py's ``RedisCluster``, threaded and asyncio: keys in every
 slot range, tagged and untagged; tries, waits on the key's node, renewals, releases;
-a slot moved under a lock object."""
+a slot moved under a lock object; guarded writes on the node of the lock's slot."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 import redis.asyncio.cluster
 import redis.cluster
+from redis.exceptions import ClusterCrossSlotError
 
-from redis_lock_client import AsyncLock, Lock
+from redis_lock_client import AsyncLock, FencedError, Lock, LockLostError
+from redis_lock_client._guard import same_slot_example
 
 from servers import RedisClusterServers, lock_info, wait_until
 
@@ -126,3 +128,52 @@ def test_a_slot_moved_under_a_lock_object_is_followed(cluster: RedisClusterServe
     time.sleep(2.0)  # renewed on the new node
     assert lock.owned() and lock.release()
     client.close()
+
+
+def _slot(cluster: RedisClusterServers, key: str) -> int:
+    raw: Any = cluster.nodes[0].client()
+    return int(raw.execute_command("CLUSTER", "KEYSLOT", key))
+
+
+def test_guarded_writes_go_to_the_node_of_the_locks_slot(cluster: RedisClusterServers) -> None:
+    client = _sync_client(cluster)
+    for key in KEYS:
+        out = same_slot_example(key).split()[0]
+        assert _slot(cluster, out) == _slot(cluster, key), out
+        lock = Lock(client, key, ttl=5.0, raise_on_lost=False)
+        assert lock.acquire(blocking=False), key
+        assert lock.guard([out], "SET", out, key) in (b"OK", "OK"), key
+        node = cluster.owner_of(key).client()
+        assert node.get(out) == key.encode()
+        elsewhere = next(
+            k for k in ("{x}:out", "{y}:out") if _slot(cluster, k) != _slot(cluster, key)
+        )
+        with pytest.raises(ClusterCrossSlotError, match="in the hash slot of the lock's key"):
+            lock.guard([elsewhere], "SET", elsewhere, "v")
+        node.delete(key)
+        with pytest.raises(FencedError, match="FENCED"):
+            lock.guard([out], "SET", out, "stale")
+        assert lock.lost.is_set() and node.get(out) == key.encode()
+        node.delete(out)
+    client.close()
+
+
+def test_async_guarded_writes_on_a_cluster(cluster: RedisClusterServers) -> None:
+    async def scenario() -> None:
+        node: Any = redis.asyncio.cluster.ClusterNode
+        nodes = [node(h, p) for h, p in cluster.startup_nodes()]
+        client = redis.asyncio.cluster.RedisCluster(startup_nodes=nodes)
+        try:
+            lock = AsyncLock(client, "jobs:9", ttl=5.0, raise_on_lost=False)
+            assert await lock.acquire(blocking=False)
+            assert await lock.guard(["{jobs:9}:out"], "SET", "{jobs:9}:out", "v") in (b"OK", "OK")
+            assert await client.get("{jobs:9}:out") == b"v"
+            with pytest.raises(ClusterCrossSlotError, match="give them its hash tag"):
+                await lock.guard(["{x}:out", "{y}:out"], "MSET", "{x}:out", "1", "{y}:out", "2")
+            assert await lock.release()
+            with pytest.raises(LockLostError):
+                await lock.guard(["{jobs:9}:out"], "SET", "{jobs:9}:out", "late")
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())

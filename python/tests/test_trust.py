@@ -1,4 +1,4 @@
-"""What a holder can trust (issue 44): lock objects sharing an owner share one lease,
+"""What a holder can trust (contract.md "Clients"): lock objects sharing an owner share one lease,
 the check before a write reads the clock, a wait without a limit on the library
 ends on a dead path. Each on a real server, each seen failing without its fix."""
 
@@ -37,7 +37,7 @@ def _rival(client: redis.Redis, key: str, granted_at: list[float]) -> threading.
 def test_lock_objects_of_one_owner_share_one_lease(
     server: RedisServer, proxy: BlackHoleProxy, client: redis.Redis
 ) -> None:
-    # The probe of issue 44: a 30 s and a 1 s object of one owner. The 1 s object's
+    # Two objects of one owner, of 30 s and of 1 s. The 1 s object's
     # writes set the server's expiry to 1 s; the 30 s object must not go on trusting
     # 27 s while a rival is granted.
     through_proxy = redis.Redis(host="127.0.0.1", port=proxy.port)

@@ -6,12 +6,24 @@ that tells the holder when it lost the lock, before anyone else can be granted i
 
 >>> import redis
 >>> from redis_lock_client import Lock
->>> with Lock(redis.Redis(), "report:daily", ttl=30.0) as lock:
-...     build_report(fence=lock.token)
+>>> with Lock(redis.Redis(), "{report:daily}", ttl=30.0) as lock:
+...     rows = build_report()
+...     lock.guard(["{report:daily}:out"], "SET", "{report:daily}:out", rows)
+
+Writes fenced by the lock's token: ``lock.guard`` in Redis, ``lock.fence_postgres``
+in a PostgreSQL transaction (:mod:`redis_lock_client.postgres`); a refusal raises
+:class:`FencedError`, and the lock is lost at once.
 """
 
+from . import postgres
 from ._aio import AsyncLock, AsyncReadLock, AsyncReadWriteLock, AsyncSemaphore
-from ._errors import LibraryVersionError, LockError, LockLostError, NoLockBackendError
+from ._errors import (
+    FencedError,
+    LibraryVersionError,
+    LockError,
+    LockLostError,
+    NoLockBackendError,
+)
 from ._lease import margin
 from ._only_one import only_one
 from ._sync import Lock, ReadLock, ReadWriteLock, Semaphore
@@ -21,6 +33,7 @@ __all__ = [
     "AsyncReadLock",
     "AsyncReadWriteLock",
     "AsyncSemaphore",
+    "FencedError",
     "LibraryVersionError",
     "Lock",
     "LockError",
@@ -31,4 +44,5 @@ __all__ = [
     "Semaphore",
     "margin",
     "only_one",
+    "postgres",
 ]

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Callable
 
@@ -16,10 +17,11 @@ import redis.asyncio
 import redis.exceptions
 from redis.asyncio.cluster import RedisCluster
 
-from . import _io
-from ._backend import EXCLUSIVE, SHARED, Backend, Mode
+from . import _io, postgres
+from ._backend import EXCLUSIVE, SHARED, Arg, Backend, Key, Mode
 from ._detect import BackendName, check_backend_name
-from ._errors import LockLostError, backend_missing
+from ._errors import FencedError, LockError, LockLostError, backend_missing
+from ._guard import check_command, guarded, holding_of, unanswered_guard
 from ._held import AsyncMember, Holding, holding_for
 from ._holding import (
     CONTROL_LIMIT,
@@ -288,6 +290,31 @@ class _AsyncHolder:
             await self._drop(RELEASE_LIMIT)
             raise
 
+    async def guard(self, keys: Iterable[Key], *command: Arg) -> Any:
+        """Runs ``command`` only while this lock's token holds the lock, checked and
+        run by the server in one step, as :meth:`Lock.guard
+        <redis_lock_client.Lock.guard>` (the same keys, reply and errors).
+
+        >>> async with AsyncLock(client, "{job:1}", ttl=30.0) as lock:
+        ...     await lock.guard(["{job:1}:out"], "SET", "{job:1}:out", result)
+        """
+        declared, args = check_command(keys, command)
+        self._forked()
+        holding = holding_of(self.key, self._holding, "the guarded write")
+        try:
+            conn = self._conn(CONTROL_LIMIT)
+            call = _io.on_async(conn)
+            return await _io.run_async(guarded(holding.backend, holding, declared, args), call)
+        except (redis.exceptions.ResponseError, LockError):
+            raise
+        except BaseException as cut_short:
+            # A cancellation or a lost reply: the connection is never used again.
+            await self._drop(CONTROL_LIMIT)
+            told = unanswered_guard(self.key, cut_short)
+            if told is cut_short:
+                raise
+            raise told from cut_short
+
     async def _withdraw(self, backend: Backend, owner: str, limit: float) -> None:
         try:
             conn = self._conn(limit)
@@ -399,6 +426,27 @@ class AsyncLock(_AsyncHolder):
     async def __aenter__(self) -> AsyncLock:
         await self.acquire()
         return self
+
+    async def fence_postgres(
+        self, cursor: postgres.AsyncCursor, resource: str | None = None
+    ) -> None:
+        """Fences the asyncio cursor's transaction (psycopg 3's ``AsyncCursor``) with
+        this lock's token for ``resource`` (the lock's key by default), as
+        :meth:`Lock.fence_postgres <redis_lock_client.Lock.fence_postgres>`.
+
+        >>> async with conn.transaction(), conn.cursor() as cur:
+        ...     await lock.fence_postgres(cur)
+        ...     await cur.execute("UPDATE reports SET body = %s WHERE day = %s", (body, day))
+        """
+        self._forked()
+        holding = holding_of(self.key, self._holding, "the fence")
+        assert holding.token is not None
+        try:
+            resource = self.key if resource is None else resource
+            await postgres.fence_async(cursor, resource, holding.token)
+        except FencedError as fenced:
+            holding.lose(f"its fence in PostgreSQL was refused: {fenced}")
+            raise
 
 
 class AsyncSemaphore(_AsyncHolder):

@@ -14,11 +14,12 @@ Backends: the module here; the function library (``FCALL`` or ``EVALSHA``) in
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, Union
 
-Arg = Union[str, bytes, int]
+Arg = Union[str, bytes, int, float]
+Key = Union[str, bytes]
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,14 @@ class Backend(Protocol):
 
     def info(self, key: str) -> Generator[Step, Any, dict[str, Any] | None]: ...
 
+    def guard(
+        self, key: str, token: int, keys: Sequence[Key], command: Sequence[Arg]
+    ) -> Generator[Step, Any, Any]:
+        """Runs ``command`` while ``token`` holds ``key``: the command's reply, or a
+        ``FENCED`` error. ``keys`` are those the command touches (the library
+        declares them; the module finds them itself)."""
+        ...
+
 
 class ModuleBackend:
     """The redis-lock module: one native command per operation, waiting done in the
@@ -107,6 +116,11 @@ class ModuleBackend:
     def info(self, key: str) -> Generator[Step, Any, dict[str, Any] | None]:
         reply = yield Step(("LOCK.INFO", key))
         return parse_info(reply)
+
+    def guard(
+        self, key: str, token: int, keys: Sequence[Key], command: Sequence[Arg]
+    ) -> Generator[Step, Any, Any]:
+        return (yield Step(("LOCK.GUARD", key, token, *command)))
 
 
 def text(value: Any) -> Any:

@@ -8,21 +8,46 @@ class LockError(Exception):
 
 
 class LockLostError(LockError):
-    """A ``with`` block ended after its lock was lost.
+    """The lock is lost, or not held: the holder must stop.
 
-    The lock was found gone by a renewal (expired, deleted) or no renewal was
-    acknowledged before the lease's local deadline: another holder may have had it
-    while the block ran. Work stamped with ``lock.token`` is refused by a fenced
-    resource; anything else the block did after ``lock.lost`` was set must be checked.
-    Pass ``raise_on_lost=False`` to the lock to be told only through ``lock.lost``.
+    Raised when a ``with`` block ends after its lock was lost (a renewal found it
+    gone, expired or deleted, or no renewal was acknowledged before the lease's
+    local deadline: another holder may have had it while the block ran; pass
+    ``raise_on_lost=False`` to the lock to be told only through ``lock.lost``), and
+    by a guarded write or a fence asked of a lock object that holds nothing (not
+    acquired, or released: nothing is sent then). Work fenced with the lock's token
+    is refused by the resource (:class:`FencedError`); anything else done after
+    ``lock.lost`` was set must be checked.
     """
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, message: str | None = None) -> None:
         super().__init__(
-            f"lock {key!r} was lost while the block ran (see lock.lost): another "
+            message
+            or f"lock {key!r} was lost while the block ran (see lock.lost): another "
             "holder may have had it since; rely on its fencing token, not on the lock"
         )
         self.key = key
+
+
+class FencedError(LockLostError):
+    """A fenced write was refused, and nothing was written: in Redis, the lock's
+    token no longer holds it (``LOCK.GUARD`` or ``lock_guard`` answered ``FENCED``:
+    it lapsed, was released or deleted, or another holder has it); in PostgreSQL, a
+    holder with a greater token has written to the resource (roll back).
+
+    A lock object that gets it is lost at once (``lock.lost`` set, ``on_lost``
+    called): a newer holder may exist, so the holder stops. A
+    :class:`LockLostError`, so ``except LockLostError`` catches both.
+
+    ``key`` is the lock's key (for a fence with a bare token, the resource),
+    ``token`` the token refused, ``resource`` the PostgreSQL resource (None for a
+    write in Redis).
+    """
+
+    def __init__(self, key: str, token: int, message: str, resource: str | None = None) -> None:
+        super().__init__(key, message)
+        self.token = token
+        self.resource = resource
 
 
 class NoLockBackendError(LockError):
@@ -43,13 +68,21 @@ class NoLockBackendError(LockError):
 class LibraryVersionError(LockError):
     """The server's ``redislock`` library is a version this client does not accept:
     older than ``minimum`` (it may misread what this client's library writes) or
-    newer than ``maximum`` (its format or replies may be unknown to this client)."""
+    newer than ``maximum`` (its format or replies may be unknown to this client); or
+    one of an accepted version loaded before it had a call this client uses
+    (``lacks``: ``lock_guard`` came within version 3)."""
 
-    def __init__(self, found: int, minimum: int, maximum: int) -> None:
+    def __init__(self, found: int, minimum: int, maximum: int, lacks: str | None = None) -> None:
         accepted = (
             f"version {minimum}" if minimum == maximum else f"versions {minimum} to {maximum}"
         )
-        if found < minimum:
+        if lacks is not None:
+            advice = (
+                f"loaded before it had {lacks}: load the library of this release "
+                "(`redis-lock functions load`, or `redis-cli -x FUNCTION LOAD REPLACE < "
+                "lua/redislock.lua` of this release)"
+            )
+        elif found < minimum:
             advice = (
                 f"older than this client accepts ({accepted}): upgrade it with "
                 "`redis-lock functions load` (or `redis-cli -x FUNCTION LOAD REPLACE < "
@@ -62,6 +95,8 @@ class LibraryVersionError(LockError):
             )
         super().__init__(f"the server's redislock library is version {found}, {advice}")
         self.found, self.minimum, self.maximum = found, minimum, maximum
+        #: The call the library lacks (``"lock_guard"``), where that is the refusal.
+        self.lacks = lacks
 
 
 def backend_missing(error: Exception) -> NoLockBackendError | None:

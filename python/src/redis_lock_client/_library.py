@@ -20,7 +20,7 @@ from typing import Any
 
 import redis.exceptions
 
-from ._backend import Arg, Mode, Step, parse_info
+from ._backend import Arg, Key, Mode, Step, parse_info
 from ._errors import LibraryVersionError
 from ._protocol import CONTROL_LIMIT, WAIT_MARGIN
 
@@ -78,7 +78,7 @@ class _Library:
     name = "library"
 
     def call(
-        self, function: str, keys: Sequence[str], *args: Arg, bound: float | None = None
+        self, function: str, keys: Sequence[Key], *args: Arg, bound: float | None = None
     ) -> Generator[Step, Any, Any]:
         """Calls library ``function``, each reply within ``bound`` seconds."""
         raise NotImplementedError
@@ -130,6 +130,11 @@ class _Library:
         reply = yield from self.call("lock_info", (key,))
         return parse_info(reply)
 
+    def guard(
+        self, key: str, token: int, keys: Sequence[Key], command: Sequence[Arg]
+    ) -> Generator[Step, Any, Any]:
+        return (yield from self.call("lock_guard", (key, *keys), token, *command))
+
     def version(self) -> Generator[Step, Any, int]:
         reply = yield from self.call("lock_version", ())
         return int(reply)
@@ -152,7 +157,7 @@ class FunctionsBackend(_Library):
         self._scripts: ScriptsBackend | None = None
 
     def call(
-        self, function: str, keys: Sequence[str], *args: Arg, bound: float | None = None
+        self, function: str, keys: Sequence[Key], *args: Arg, bound: float | None = None
     ) -> Generator[Step, Any, Any]:
         command = "FCALL_RO" if function in ("lock_info", "lock_version") else "FCALL"
         try:
@@ -162,6 +167,8 @@ class FunctionsBackend(_Library):
                 yield from self.refuse_changed_library(error, bound)
             if not function_missing(error):
                 raise
+            if function != "lock_version":
+                yield from self.refuse_library_without(function, error, bound)
         self.library_missing = True
         if self._scripts is None:
             self._scripts = ScriptsBackend()
@@ -185,6 +192,23 @@ class FunctionsBackend(_Library):
             raise error from None
         check_version(found)
 
+    def refuse_library_without(
+        self, function: str, error: Exception, bound: float | None
+    ) -> Generator[Step, Any, None]:
+        """After ``ERR Function not found``: a library that answers ``lock_version``
+        is loaded but lacks ``function`` (loaded before it existed: ``lock_guard``
+        came within version 3), which the client names, rather than taking the
+        library for gone. Returns when the library is gone (``lock_version`` is not
+        found either)."""
+        limit = CONTROL_LIMIT if bound is None else min(bound, CONTROL_LIMIT)
+        try:
+            found = int((yield Step(("FCALL_RO", "lock_version", 0), limit)))
+        except (redis.exceptions.ResponseError, ValueError, TypeError):
+            return
+        raise LibraryVersionError(
+            found, MIN_LIBRARY_VERSION, LIBRARY_VERSION, lacks=function
+        ) from error
+
 
 def is_wrongtype(error: Exception) -> bool:
     """``WRONGTYPE …``: the key holds what the called function cannot read."""
@@ -200,7 +224,8 @@ class ScriptsBackend(_Library):
     """The library sent by this client as a script (Redis 6.2, or an ACL without
     ``FUNCTION``): ``EVALSHA sha 1 key function args…``, loaded again on
     ``NOSCRIPT`` (a restart, ``SCRIPT FLUSH``, a failover), which means the call
-    did not run."""
+    did not run. The script is the one the client carries (the SHA is its text's),
+    so it has every call the client makes: no ``unknown function`` comes back."""
 
     name = "scripts"
 
@@ -209,7 +234,7 @@ class ScriptsBackend(_Library):
         self.sha = hashlib.sha1(self.script.encode("utf-8")).hexdigest()
 
     def call(
-        self, function: str, keys: Sequence[str], *args: Arg, bound: float | None = None
+        self, function: str, keys: Sequence[Key], *args: Arg, bound: float | None = None
     ) -> Generator[Step, Any, Any]:
         step = Step(("EVALSHA", self.sha, len(keys), *keys, function, *args), bound)
         try:

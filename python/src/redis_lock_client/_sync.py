@@ -6,6 +6,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Callable
 
@@ -14,10 +15,11 @@ import redis.exceptions
 from redis.cluster import RedisCluster
 from redis.connection import AbstractConnection
 
-from . import _io
-from ._backend import EXCLUSIVE, SHARED, Backend, Mode
+from . import _io, postgres
+from ._backend import EXCLUSIVE, SHARED, Arg, Backend, Key, Mode
 from ._detect import BackendName, check_backend_name
-from ._errors import LockLostError, backend_missing
+from ._errors import FencedError, LockError, LockLostError, backend_missing
+from ._guard import check_command, guarded, holding_of, unanswered_guard
 from ._held import Holding, Member, holding_for
 from ._holding import (
     CONTROL_LIMIT,
@@ -219,6 +221,50 @@ class _Holder:
             self._drop(RELEASE_LIMIT)
             raise
 
+    def guard(self, keys: Iterable[Key], *command: Arg) -> Any:
+        """Runs ``command`` only while this lock's token holds the lock, checked and
+        run by the server in one step (``LOCK.GUARD`` on the module, ``lock_guard``
+        on the library): no expiry, release or grant to another holder comes
+        between the check and the write. Returns the command's reply as redis-py
+        reads it (``b"OK"`` for a ``SET``: the reply callbacks of redis-py's own
+        methods do not apply); the command's own error reply raises
+        ``redis.ResponseError``.
+
+        ``keys`` are every key the command touches: the library declares them to the
+        server (Cluster routing, ACL key patterns) and refuses a command that
+        touches a key not declared; the module finds them itself, but name them on
+        every backend so the code runs on each. In a Cluster they share the lock
+        key's hash slot: ``{job:1}`` for the lock, ``{job:1}:out`` for the data.
+
+        >>> with Lock(client, "{job:1}", ttl=30.0) as lock:
+        ...     lock.guard(["{job:1}:out"], "SET", "{job:1}:out", result)
+
+        Not held with this token any more (it lapsed, was released or deleted, or
+        another holder has it): nothing runs, :class:`FencedError` is raised, and
+        the lock is lost at once (``lock.lost`` set, ``on_lost`` called). The server
+        decides, not the client's lease: a lock already found lost is still asked
+        (refused unless the server still holds it with this token). A lock object
+        that holds nothing (not acquired, released) raises :class:`LockLostError`
+        without sending anything. Sent once, on the holder's own connection,
+        bounded at 2 s: a reply lost to a broken connection raises
+        ``redis.ConnectionError`` or ``redis.TimeoutError``, and the command may
+        have run."""
+        declared, args = check_command(keys, command)
+        self._forked()
+        holding = holding_of(self.key, self._holding, "the guarded write")
+        try:
+            conn = self._conn(CONTROL_LIMIT)
+            return _io.run_sync(guarded(holding.backend, holding, declared, args), _io.on(conn))
+        except (redis.exceptions.ResponseError, LockError):
+            raise
+        except BaseException as cut_short:
+            # The connection may hold a reply not read: never used again.
+            self._drop(CONTROL_LIMIT)
+            told = unanswered_guard(self.key, cut_short)
+            if told is cut_short:
+                raise
+            raise told from cut_short
+
     def _withdraw(self, backend: Backend, owner: str, limit: float) -> None:
         try:
             conn = self._conn(limit)
@@ -347,6 +393,29 @@ class Lock(_Holder):
     def __enter__(self) -> Lock:
         self.acquire()
         return self
+
+    def fence_postgres(self, cursor: postgres.Cursor, resource: str | None = None) -> None:
+        """Fences the cursor's transaction with this lock's token for ``resource``
+        (the lock's key by default): :func:`redis_lock_client.postgres.fence`, run
+        in the write's own transaction before the write. A holder with a greater
+        token has written: :class:`FencedError` (roll back), and the lock is lost at
+        once (``lock.lost`` set, ``on_lost`` called). The database decides, not the
+        client's lease: a lock already found lost still fences while no greater
+        token has written. A lock object that holds nothing (not acquired,
+        released) raises :class:`LockLostError`, running nothing.
+
+        >>> with conn.transaction(), conn.cursor() as cur:  # psycopg 3; psycopg2 alike
+        ...     lock.fence_postgres(cur)
+        ...     cur.execute("UPDATE reports SET body = %s WHERE day = %s", (body, day))
+        """
+        self._forked()
+        holding = holding_of(self.key, self._holding, "the fence")
+        assert holding.token is not None
+        try:
+            postgres.fence(cursor, self.key if resource is None else resource, holding.token)
+        except FencedError as fenced:
+            holding.lose(f"its fence in PostgreSQL was refused: {fenced}")
+            raise
 
 
 class Semaphore(_Holder):
