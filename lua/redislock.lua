@@ -285,9 +285,9 @@ local function fast_guard(keys, args, o)
         -- (the flags `g`, `q` follow the digits).
         local last, after = string.byte(token, n), string.byte(x, 3 + n)
         if last >= 48 and last <= 57 and after and (after < 48 or after > 57) then
-            -- Replies as the command gives them, in the caller's protocol: read in
-            -- RESP3, they go back as RESP3 or as RESP2 (a map as a flat array).
-            redis.setresp(3)
+            -- Replies as the command gives them, read as RESP2: a null inside an
+            -- array stays in place (RESP3 would make it a Lua nil, which ends the
+            -- array there), and a map is a flat array, in either protocol.
             return redis.call(command, unpack(args, o + 3))
         end
     end
@@ -2080,7 +2080,6 @@ local function full_guard(keys, args)
     local others = {}
     for _, h in ipairs(alive) do
         if int(h.token) == token then
-            redis.setresp(3)
             return redis.call(args[2], unpack(args, 3))
         end
         others[#others + 1] = int(h.token)

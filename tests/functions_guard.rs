@@ -155,7 +155,7 @@ fn lock_guard_keeps_the_contract_on_redis_62() {
 }
 
 #[test]
-fn the_reply_is_in_the_protocol_the_connection_speaks() {
+fn replies_are_the_commands_read_as_resp2_nulls_in_place() {
     let (server, mut con) = library_server(Config::default());
     let token = Backend::Functions
         .acquire(&mut con, "job", "a", 30_000, &[])
@@ -163,24 +163,43 @@ fn the_reply_is_in_the_protocol_the_connection_speaks() {
         .unwrap()
         .to_string();
     let _: () = query(&mut con, &["HSET", "h", "f", "1"]).unwrap();
+    let _: () = query(&mut con, &["SET", "b", "2"]).unwrap();
     let mut resp3 = server.resp3_connection();
     let scripts = Backend::scripts(&mut con);
     for backend in [&Backend::Functions, &scripts] {
-        let flat = backend
-            .guard(&mut con, "job", &["h"], &token, &["HGETALL", "h"])
-            .unwrap();
-        assert!(
-            matches!(flat, Value::Array(ref a) if a.len() == 2),
-            "{flat:?}"
-        );
-        let map = backend
-            .guard(&mut resp3, "job", &["h"], &token, &["HGETALL", "h"])
-            .unwrap();
-        assert!(matches!(map, Value::Map(ref m) if m.len() == 1), "{map:?}");
-        let missing = backend
-            .guard(&mut con, "job", &["none"], &token, &["GET", "none"])
-            .unwrap();
-        assert_eq!(missing, Value::Nil);
+        for con in [&mut con, &mut resp3] {
+            // A map is a flat array, in either protocol (PROTOCOL.md "lock_guard").
+            let flat = backend
+                .guard(con, "job", &["h"], &token, &["HGETALL", "h"])
+                .unwrap();
+            assert!(
+                matches!(flat, Value::Array(ref a) if a.len() == 2),
+                "{flat:?}"
+            );
+            // A null inside an array stays in place.
+            let got = backend
+                .guard(
+                    con,
+                    "job",
+                    &["a", "b", "c"],
+                    &token,
+                    &["MGET", "a", "b", "c"],
+                )
+                .unwrap();
+            assert_eq!(
+                got,
+                Value::Array(vec![
+                    Value::Nil,
+                    Value::BulkString(b"2".to_vec()),
+                    Value::Nil
+                ]),
+                "{backend:?}"
+            );
+            let missing = backend
+                .guard(con, "job", &["none"], &token, &["GET", "none"])
+                .unwrap();
+            assert_eq!(missing, Value::Nil);
+        }
     }
 }
 
