@@ -1,5 +1,6 @@
 //! The command line, as clap reads it.
 
+use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -21,7 +22,11 @@ use redis_lock_client::{Backend, Sentinel, Wait};
                   65 the key holds another type; 69 no server, or no answer within \
                   --wait plus 1s; 70 other server errors; 78 the server has neither the \
                   module nor the library (or an older library: `functions load` upgrades it); \
-                  126/127 the command cannot be run. `info`: 74 if stdout cannot be written."
+                  126/127 the command cannot be run. `info`: 74 if stdout cannot be written. \
+                  `guard`: 0 the reply printed; 77 fenced (the job's token no longer holds \
+                  the lock: nothing was written); 1 the command's error reply; 64 not under \
+                  `run` (no REDIS_LOCK_KEY or REDIS_LOCK_TOKEN), or keys outside the lock \
+                  key's slot; 69, 70, 74 and 78 as above."
 )]
 pub struct Cli {
     /// No event lines on stderr (errors are still printed).
@@ -99,7 +104,68 @@ fn shown_url(url: &str) -> String {
     }
 }
 
+/// What `run` tells its child about the connection, so that `redis-lock guard` in
+/// the job reaches the same server: each variable it may set.
+pub const CHILD_CONNECTION: [&str; 5] = [
+    "REDIS_LOCK_URL",
+    "REDIS_LOCK_SENTINEL",
+    "REDIS_LOCK_MASTER",
+    "REDIS_LOCK_CLUSTER",
+    "REDIS_LOCK_BACKEND",
+];
+
+/// Which connection options the command line gave (not their defaults or
+/// REDIS_URL): `guard` takes the others from the `run` it is under.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Given {
+    pub place: bool,
+    pub backend: bool,
+}
+
 impl Connection {
+    /// The connection `run` was given, as its child's environment (the URL as
+    /// given, credentials included: the environment is the user's own, readable
+    /// only by them and root, unlike a command line).
+    pub fn child_env(&self) -> Vec<(&'static str, String)> {
+        match &self.master {
+            Some(master) => vec![
+                ("REDIS_LOCK_SENTINEL", self.sentinel.join(",")),
+                ("REDIS_LOCK_MASTER", master.clone()),
+            ],
+            None if self.cluster => vec![
+                ("REDIS_LOCK_URL", self.url.clone()),
+                ("REDIS_LOCK_CLUSTER", "1".into()),
+            ],
+            None => vec![("REDIS_LOCK_URL", self.url.clone())],
+        }
+    }
+
+    /// For `guard`: the connection of the `run` it is under (its child's
+    /// environment), where the command line names none. A bad REDIS_LOCK_BACKEND is
+    /// an error.
+    pub fn under_run(mut self, given: Given) -> Result<Connection, String> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        if !given.place {
+            if let (Some(sentinels), Some(master)) =
+                (var("REDIS_LOCK_SENTINEL"), var("REDIS_LOCK_MASTER"))
+            {
+                self.sentinel = sentinels.split(',').map(str::to_string).collect();
+                self.master = Some(master);
+                self.cluster = false;
+            } else if let Some(url) = var("REDIS_LOCK_URL") {
+                self.url = url;
+                self.cluster = var("REDIS_LOCK_CLUSTER").is_some();
+            }
+        }
+        if !given.backend {
+            if let Some(name) = var("REDIS_LOCK_BACKEND") {
+                self.backend =
+                    Some(backend(&name).map_err(|e| format!("REDIS_LOCK_BACKEND={name:?}: {e}"))?);
+            }
+        }
+        Ok(self)
+    }
+
     /// Where the locks are looked for, for error lines: the URL (without its
     /// credentials) or the sentinels and master, and how to choose another.
     pub fn describe(&self) -> String {
@@ -144,6 +210,78 @@ mod tests {
         assert_eq!(one_line(""), "bad arguments");
     }
 
+    /// `run` tells its child the connection it was given; `guard` takes it back, where
+    /// its own command line names none. (The only test of this binary that touches
+    /// these variables.)
+    #[test]
+    fn guard_takes_the_connection_of_the_run_it_is_under_unless_given_one() {
+        let parse = |line: &[&str]| {
+            Cli::try_parse_from(line)
+                .expect("a command line")
+                .connection
+        };
+        let sentinel = parse(&[
+            "redis-lock",
+            "--sentinel",
+            "10.0.0.1:26379,10.0.0.2:26379",
+            "--master",
+            "main",
+            "run",
+            "k",
+            "--",
+            "true",
+        ]);
+        let cluster = parse(&[
+            "redis-lock",
+            "--cluster",
+            "--url",
+            "redis://a:1/",
+            "info",
+            "k",
+        ]);
+        assert_eq!(
+            sentinel.child_env(),
+            [
+                (
+                    "REDIS_LOCK_SENTINEL",
+                    "10.0.0.1:26379,10.0.0.2:26379".to_string()
+                ),
+                ("REDIS_LOCK_MASTER", "main".to_string())
+            ]
+        );
+        assert_eq!(
+            cluster.child_env(),
+            [
+                ("REDIS_LOCK_URL", "redis://a:1/".to_string()),
+                ("REDIS_LOCK_CLUSTER", "1".to_string())
+            ]
+        );
+        for (name, value) in [
+            ("REDIS_LOCK_URL", "redis://u:pw@10.0.0.9:6380/"),
+            ("REDIS_LOCK_CLUSTER", "1"),
+            ("REDIS_LOCK_BACKEND", "functions"),
+        ] {
+            std::env::set_var(name, value);
+        }
+        let guard = ["redis-lock", "guard", "--", "SET", "k", "v"];
+        let under = parse(&guard).under_run(Given::default()).unwrap();
+        assert_eq!(under.url, "redis://u:pw@10.0.0.9:6380/");
+        assert!(under.cluster);
+        assert_eq!(under.backend, Some(Backend::Functions));
+        let given = Given {
+            place: true,
+            backend: true,
+        };
+        let own = parse(&guard).under_run(given).unwrap();
+        assert!(!own.cluster && own.backend.is_none(), "{own:?}");
+        std::env::set_var("REDIS_LOCK_BACKEND", "nonsense");
+        let error = parse(&guard).under_run(Given::default()).unwrap_err();
+        assert!(error.contains("REDIS_LOCK_BACKEND"), "{error}");
+        for name in CHILD_CONNECTION {
+            std::env::remove_var(name);
+        }
+    }
+
     #[test]
     fn urls_are_shown_without_credentials() {
         assert_eq!(
@@ -179,6 +317,9 @@ pub enum Command {
     List(ListArgs),
     /// Print the module's INFO lock; with --interval, the rates of its counters.
     Stats(StatsArgs),
+    /// In a job under `run`: run a Redis command only while the job's lock is held with
+    /// its token (LOCK.GUARD, or the library's lock_guard), and print the reply.
+    Guard(GuardArgs),
     /// End OWNER's holding of the lock at KEY (the administrator's force-release is DEL).
     Release {
         key: String,
@@ -186,6 +327,22 @@ pub enum Command {
         #[arg(long, value_parser = owner)]
         owner: String,
     },
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "For a job under `redis-lock run`, which gives it REDIS_LOCK_KEY, \
+                  REDIS_LOCK_TOKEN and its own connection (REDIS_LOCK_URL, or \
+                  REDIS_LOCK_SENTINEL and REDIS_LOCK_MASTER, REDIS_LOCK_CLUSTER, and \
+                  REDIS_LOCK_BACKEND): `redis-lock guard -- SET report:out done` runs the \
+                  SET only while the job's token holds the lock, in one step on the server. \
+                  Connection options given here win over run's. In a Cluster the command's \
+                  keys share the lock key's hash slot ({report}, {report}:out)."
+)]
+pub struct GuardArgs {
+    /// The Redis command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
 }
 
 #[derive(Args, Debug)]

@@ -13,6 +13,12 @@ pub const WRONG_TYPE: i32 = 65;
 pub const NO_SERVER: i32 = 69;
 /// Any other failure (EX_SOFTWARE).
 pub const SOFTWARE: i32 = 70;
+/// `guard`: the write was refused, the job's token no longer holds the lock
+/// (EX_NOPERM): nothing was written.
+pub const FENCED: i32 = 77;
+/// `guard`: the server answered the command with an error, printed as redis-cli
+/// prints it (as `redis-cli -e` exits).
+pub const ERROR_REPLY: i32 = 1;
 /// Output could not be written (EX_IOERR): `info`'s stdout was closed.
 pub const OUTPUT: i32 = 74;
 /// The server has neither the redis-lock module nor its library, or a library older
@@ -75,7 +81,10 @@ pub fn failure(error: &Error, key: &str) -> i32 {
         Error::ModuleNotLoaded(_)
         | Error::NoBackend(_)
         | Error::LibraryTooOld { .. }
-        | Error::LibraryTooNew { .. } => (NO_MODULE, describe(error)),
+        | Error::LibraryTooNew { .. }
+        | Error::LibraryWithoutGuard { .. } => (NO_MODULE, describe(error)),
+        Error::Fenced { .. } => (FENCED, describe(error)),
+        Error::CrossSlot { .. } => (USAGE, describe(error)),
         Error::WrongType(_) => (
             WRONG_TYPE,
             format!("{key:?} holds a value that is not a lock"),

@@ -8,6 +8,7 @@
 //! redis-lock stats --interval 1s
 //! redis-lock release report:daily --owner worker-7
 //! redis-lock functions load --url rediss://my-elasticache:6379/   # no module there
+//! redis-lock guard -- SET report:daily:out done   # in a job under `run`
 //! ```
 
 mod args;
@@ -16,24 +17,30 @@ mod exit;
 mod fault;
 mod functions;
 mod group;
+mod guard;
 mod info;
 mod list;
 mod nodes;
 mod release;
+mod reply;
 mod run;
 mod stats;
 mod why;
 
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches};
 use redis_lock_client::{LockClient, Sentinel, LIBRARY_SOURCE};
 
-use args::{Cli, Command, Functions, Target};
+use args::{Cli, Command, Functions, Given, Target};
 use events::Events;
 use nodes::Nodes;
 
 fn main() {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let parsed = Cli::command()
+        .try_get_matches()
+        .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, given(&matches))));
+    let (cli, given) = match parsed {
+        Ok(parsed) => parsed,
         Err(error) if error.use_stderr() => {
             // A one-line cause, as for every other error, then clap's usage hint.
             events::line(args::one_line(&error.to_string()));
@@ -62,12 +69,31 @@ fn main() {
             std::process::exit(exit::SOFTWARE);
         }
     };
-    let code = runtime.block_on(dispatch(cli, events));
+    let code = runtime.block_on(dispatch(cli, given, events));
     std::process::exit(code);
 }
 
+/// Which connection options the command line gave itself.
+fn given(matches: &ArgMatches) -> Given {
+    let on_command_line = |name: &str| {
+        let mut found = matches.value_source(name) == Some(ValueSource::CommandLine);
+        let mut sub = matches.subcommand();
+        while let Some((_, inner)) = sub {
+            found |= inner.value_source(name) == Some(ValueSource::CommandLine);
+            sub = inner.subcommand();
+        }
+        found
+    };
+    Given {
+        place: ["url", "sentinel", "master", "cluster"]
+            .into_iter()
+            .any(on_command_line),
+        backend: on_command_line("backend"),
+    }
+}
+
 /// Opens the connector the options name and runs the subcommand on it.
-async fn dispatch(cli: Cli, events: Events) -> i32 {
+async fn dispatch(cli: Cli, given: Given, events: Events) -> i32 {
     if let Command::Functions {
         action: Functions::Load { print: true, .. },
     } = cli.command
@@ -78,42 +104,61 @@ async fn dispatch(cli: Cli, events: Events) -> i32 {
             exit::OUTPUT
         };
     }
-    let backend = cli.connection.backend;
-    exit::set_server(cli.connection.describe());
-    let target = match cli.connection.target() {
+    let connection = match &cli.command {
+        Command::Guard(_) => match cli.connection.under_run(given) {
+            Ok(connection) => connection,
+            Err(message) => {
+                events::line(message);
+                return exit::USAGE;
+            }
+        },
+        _ => cli.connection,
+    };
+    let backend = connection.backend;
+    exit::set_server(connection.describe());
+    let child_env = connection.child_env();
+    let target = match connection.target() {
         Ok(target) => target,
         Err(message) => {
             events::line(message);
             return exit::USAGE;
         }
     };
+    let on_server = On {
+        command: cli.command,
+        events,
+        child_env,
+    };
     match target {
-        Target::Url(client) => {
-            on(
-                LockClient::new(client).backend(backend),
-                cli.command,
-                events,
-            )
-            .await
-        }
+        Target::Url(client) => on(LockClient::new(client).backend(backend), on_server).await,
         Target::Sentinel(sentinel) => {
-            let locks = LockClient::<Sentinel>::new(sentinel).backend(backend);
-            on(locks, cli.command, events).await
-        }
-        Target::Cluster(cluster) => {
             on(
-                LockClient::new(*cluster).backend(backend),
-                cli.command,
-                events,
+                LockClient::<Sentinel>::new(sentinel).backend(backend),
+                on_server,
             )
             .await
         }
+        Target::Cluster(cluster) => on(LockClient::new(*cluster).backend(backend), on_server).await,
     }
 }
 
-async fn on<K: Nodes>(locks: LockClient<K>, command: Command, events: Events) -> i32 {
+/// A subcommand, with what it may need of the rest of the command line.
+struct On {
+    command: Command,
+    events: Events,
+    /// The connection as `run` passes it to its child ([`args::Connection::child_env`]).
+    child_env: Vec<(&'static str, String)>,
+}
+
+async fn on<K: Nodes>(locks: LockClient<K>, on: On) -> i32 {
+    let On {
+        command,
+        events,
+        child_env,
+    } = on;
     match command {
-        Command::Run(args) => run::run(locks, args, events).await,
+        Command::Run(args) => run::run(locks, args, child_env, events).await,
+        Command::Guard(args) => guard::guard(locks, args).await,
         Command::Info { key, json } => info::info(locks, &key, json).await,
         Command::List(args) => list::list(locks, args).await,
         Command::Stats(args) => stats::stats(locks, args).await,

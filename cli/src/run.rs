@@ -11,7 +11,7 @@ use redis_lock_client::{Connector, Lock, LockClient, Request, Wait};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
-use crate::args::RunArgs;
+use crate::args::{RunArgs, CHILD_CONNECTION};
 use crate::events::{self, Events};
 use crate::exit;
 use crate::group::{self, Group};
@@ -20,7 +20,14 @@ use crate::why;
 /// How long the final release may take before the lock is left to its TTL.
 const RELEASE_LIMIT: Duration = Duration::from_secs(2);
 
-pub async fn run<K: Connector>(locks: LockClient<K>, args: RunArgs, events: Events) -> i32 {
+/// Runs the command under the lock. `connection`: the server as the command's
+/// environment tells it to `redis-lock guard` ([`crate::args::Connection::child_env`]).
+pub async fn run<K: Connector>(
+    locks: LockClient<K>,
+    args: RunArgs,
+    connection: Vec<(&'static str, String)>,
+    events: Events,
+) -> i32 {
     let mut signals = match Signals::new() {
         Ok(signals) => signals,
         Err(error) => {
@@ -75,7 +82,7 @@ pub async fn run<K: Connector>(locks: LockClient<K>, args: RunArgs, events: Even
     ));
     let renewer = locks.renewer(&lock);
     group::become_subreaper();
-    let mut child = match spawn(&args.command, &lock) {
+    let mut child = match spawn(&args.command, &lock, &connection) {
         Ok(child) => child,
         Err(error) => {
             let status = if error.kind() == std::io::ErrorKind::NotFound {
@@ -260,10 +267,16 @@ async fn kill(child: &mut Child, exited: bool, group: Group) {
 }
 
 /// The command as a child in a process group of its own (so a loss stops all it
-/// started), with the lock in its environment. Out of the terminal's foreground
-/// group, a read of the terminal would stop it for ever (SIGTTIN) with the lock
-/// held: a terminal on standard input is replaced by `/dev/null`.
-fn spawn(command: &[String], lock: &Lock) -> std::io::Result<Child> {
+/// started), with the lock in its environment, and the connection and backend it
+/// was taken through (for `redis-lock guard` in the job; those of a `run` this one
+/// runs under are replaced). Out of the terminal's foreground group, a read of the
+/// terminal would stop it for ever (SIGTTIN) with the lock held: a terminal on
+/// standard input is replaced by `/dev/null`.
+fn spawn(
+    command: &[String],
+    lock: &Lock,
+    connection: &[(&'static str, String)],
+) -> std::io::Result<Child> {
     let (program, arguments) = command
         .split_first()
         .ok_or_else(|| std::io::Error::other("no command"))?;
@@ -271,7 +284,16 @@ fn spawn(command: &[String], lock: &Lock) -> std::io::Result<Child> {
     if std::io::stdin().is_terminal() {
         child.stdin(std::process::Stdio::null());
     }
+    for name in CHILD_CONNECTION {
+        child.env_remove(name);
+    }
     child
+        .envs(
+            connection
+                .iter()
+                .map(|(name, value)| (*name, value.as_str())),
+        )
+        .env("REDIS_LOCK_BACKEND", lock.backend().name())
         .args(arguments)
         .env("REDIS_LOCK_KEY", lock.key())
         .env("REDIS_LOCK_OWNER", lock.owner())

@@ -324,6 +324,91 @@ fn the_child_sees_the_lock_in_its_environment() {
     );
 }
 
+/// `redis-lock guard` in a job under `run`: its writes land while the job holds the
+/// lock, on the server `run` was given (as an ACL user, whose password reaches the
+/// job through `REDIS_LOCK_URL`, not a `REDIS_URL` that names another server), and
+/// the replies are printed as redis-cli prints them to a pipe; an error reply exits
+/// 1, a write once the lock is gone exits 77 and writes nothing; and outside of
+/// `run` it says what it is for.
+#[test]
+fn a_job_under_run_guards_its_writes() {
+    let server = common::lock_server();
+    let mut admin = server.connection();
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "jobs", "on", ">s3cret", "~*", "&*", "+@all"])
+        .query(&mut admin)
+        .unwrap();
+    let url = format!("redis://jobs:s3cret@127.0.0.1:{}/", server.port);
+    let dir = tempfile::tempdir().unwrap();
+    let (out, env, status) = (
+        dir.path().join("out"),
+        dir.path().join("env"),
+        dir.path().join("status"),
+    );
+    let guard = format!("{} guard --", env!("CARGO_BIN_EXE_redis-lock"));
+    let script = format!(
+        "echo \"$REDIS_LOCK_BACKEND $REDIS_LOCK_URL\" > {env}; \
+         {guard} SET '{{job}}:out' first > {out}; \
+         {guard} INCRBY '{{job}}:n' 5 >> {out}; \
+         {guard} MGET '{{job}}:out' '{{job}}:n' >> {out}; \
+         {guard} GET '{{job}}:none' >> {out}; \
+         {guard} INCR '{{job}}:out' 2>> {out}; echo $? > {status}; \
+         redis-cli -p {port} DEL '{{job}}' > /dev/null; \
+         {guard} SET '{{job}}:out' stale 2>> {out}; echo $? >> {status}",
+        env = env.display(),
+        out = out.display(),
+        status = status.display(),
+        port = server.port,
+    );
+    let child = redis_lock(&url)
+        .env("REDIS_URL", "redis://127.0.0.1:1/")
+        .args(["run", "{job}", "--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = finish(child);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let backend = common::backend_name();
+    assert_eq!(read(&env).trim(), format!("{backend} {url}"));
+    let printed = read(&out);
+    let lines: Vec<&str> = printed.lines().collect();
+    assert_eq!(lines.len(), 7, "{printed}");
+    assert_eq!(lines[..5], ["OK", "5", "first", "5", ""], "{printed}");
+    assert!(
+        lines[5].starts_with("(error) ERR value is not an integer"),
+        "{printed}"
+    );
+    assert!(
+        lines[6].starts_with("redis-lock: the fenced write was refused")
+            && lines[6].contains("the lock is free")
+            && !printed.contains("s3cret"),
+        "{printed}"
+    );
+    assert_eq!(
+        read(&status).split_whitespace().collect::<Vec<_>>(),
+        ["1", "77"]
+    );
+    let stored: String = redis::cmd("GET")
+        .arg("{job}:out")
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(stored, "first", "the fenced write wrote nothing");
+
+    let outside = redis_lock(&server.url())
+        .env_remove("REDIS_LOCK_KEY")
+        .env_remove("REDIS_LOCK_TOKEN")
+        .args(["guard", "--", "SET", "x", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(outside.status.code(), Some(64), "{}", stderr(&outside));
+    assert!(
+        stderr(&outside).contains("under `redis-lock run`"),
+        "{}",
+        stderr(&outside)
+    );
+}
+
 #[test]
 fn each_error_has_its_own_status_and_line() {
     let server = common::lock_server();

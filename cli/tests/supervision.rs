@@ -658,3 +658,66 @@ fn a_command_never_waits_on_the_terminal_it_cannot_have() {
     assert_eq!(read(&read_status).trim(), "1", "the read met end of file");
     assert!(!held(&server, "job"));
 }
+
+/// A job stopped (SIGSTOP of `run` and of the job's process group) past its TTL,
+/// while another `run` takes the lock and writes through `redis-lock guard`: the
+/// stopped job's own guarded write, made when it is continued, is refused with
+/// status 77 and writes nothing; the rival's value stays.
+#[test]
+fn a_job_stopped_past_its_ttl_finds_its_guarded_write_fenced() {
+    let server = common::lock_server();
+    let dir = tempfile::tempdir().unwrap();
+    let (pid, status, err) = (
+        dir.path().join("pid"),
+        dir.path().join("status"),
+        dir.path().join("err"),
+    );
+    let guard = format!("{} guard --", env!("CARGO_BIN_EXE_redis-lock"));
+    let stale = format!(
+        "echo $$ > {pid}; sleep 1; {guard} SET '{{job}}:out' stale 2> {err}; echo $? > {status}",
+        pid = pid.display(),
+        err = err.display(),
+        status = status.display(),
+    );
+    let mut holder = run(&server.url(), &["--ttl", "600ms"], "{job}", &stale)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_until(Duration::from_secs(5), || !read(&pid).is_empty());
+    let group: i32 = read(&pid).trim().parse().unwrap();
+    signal(&holder, libc::SIGSTOP);
+    // SAFETY: killpg has no memory effects.
+    unsafe {
+        libc::killpg(group, libc::SIGSTOP);
+    }
+    let rival_job = format!("{guard} SET '{{job}}:out' rival");
+    let rival = run(&server.url(), &["--wait", "10s"], "{job}", &rival_job)
+        .output()
+        .unwrap();
+    assert_eq!(rival.status.code(), Some(0), "{}", stderr(&rival));
+    assert_eq!(String::from_utf8_lossy(&rival.stdout), "OK\n");
+
+    // SAFETY: as above.
+    unsafe {
+        libc::killpg(group, libc::SIGCONT);
+    }
+    common::wait_until(Duration::from_secs(10), || !read(&status).is_empty());
+    assert_eq!(read(&status).trim(), "77", "{}", read(&err));
+    assert!(
+        read(&err).contains("fenced write was refused"),
+        "{}",
+        read(&err)
+    );
+    let stored: String = redis::cmd("GET")
+        .arg("{job}:out")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(stored, "rival", "the stale write wrote nothing");
+    signal(&holder, libc::SIGCONT);
+    let code = exits_within(&mut holder, Duration::from_secs(10)).code();
+    assert!(
+        matches!(code, Some(76 | 77)),
+        "lost, or the job's own: {code:?}"
+    );
+}

@@ -1,8 +1,8 @@
 //! The Rust client's conformance adapter (conformance/ADAPTER.md): the harness of
 //! `make conformance` starts it once per actor and drives it with JSON lines on
 //! stdin; it uses the client as its users do (a `LockClient`, a renewer per held
-//! lock, the loss signal, a dropped future to cancel a wait) and says what the client
-//! answered on stdout.
+//! lock, the loss signal, a dropped future to cancel a wait, its guarded writes and
+//! its PostgreSQL fence) and says what the client answered on stdout.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis_lock_client::{
-    margin, AsyncRenewer, Backend, Connector, Error, Lock, LockClient, LossCause, Mode, Request,
-    Wait, LIBRARY_VERSION, MIN_LIBRARY_VERSION, WAIT_MARGIN,
+    margin, postgres, AsyncRenewer, Backend, Connector, Error, Lock, LockClient, LossCause, Mode,
+    Request, Wait, LIBRARY_VERSION, MIN_LIBRARY_VERSION, WAIT_MARGIN,
 };
 use redis_lock_core::protocol;
 use serde_json::{json, Map, Value};
@@ -47,6 +47,9 @@ struct Held {
 #[derive(Default)]
 struct State {
     client: Option<Client>,
+    /// The adapter's own PostgreSQL connection (`open`'s `postgres`), one
+    /// transaction at a time.
+    postgres: Option<Arc<tokio::sync::Mutex<tokio_postgres::Client>>>,
     locks: HashMap<String, Held>,
     /// Requests in progress that `cancel` may abort.
     waits: HashMap<u64, AbortHandle>,
@@ -79,6 +82,8 @@ fn hello() -> Value {
         "extend",
         "info",
         "check",
+        "guard",
+        "fence_postgres",
         "loss_events",
         "loss_cause",
     ];
@@ -123,6 +128,9 @@ fn error_kind(error: &Error) -> &'static str {
         Error::Connection(_) | Error::ResponseTimeout(_) => "connection",
         Error::InvalidArgument(_) => "invalid_argument",
         Error::LockLost { .. } => "lock_lost",
+        Error::Fenced { .. } => "fenced",
+        Error::LibraryWithoutGuard { .. } => "library_too_old",
+        Error::CrossSlot { .. } => "server",
         _ => "other",
     }
 }
@@ -165,6 +173,7 @@ fn cause_name(cause: Option<LossCause>) -> &'static str {
         Some(LossCause::Refused) => "refused",
         Some(LossCause::LeaseRanOut { .. }) => "lease_ran_out",
         Some(LossCause::Released) => "released",
+        Some(LossCause::Fenced) => "fenced",
         _ => "unknown",
     }
 }
@@ -242,10 +251,26 @@ impl Adapter {
                 // check the docs show before a write (`lost.check()?`), which reads
                 // the clock when it is made.
                 let lost = self.held(&fields)?.signal();
-                let after = fields.get("after_ms").and_then(Value::as_u64).unwrap_or(0);
-                tokio::time::sleep(Duration::from_millis(after)).await;
+                after(&fields).await;
                 Ok(json!({"held": lost.check().is_ok()}))
             }
+            "guard" => {
+                // Work under the lock reaching its write, as `check` does; then `SET
+                // key value` through the client's guard, with the key declared.
+                let lock = self.held(&fields)?;
+                let key = text(&fields, "key")?.to_string();
+                let value = text(&fields, "value")?.to_string();
+                after(&fields).await;
+                let client = self.client()?;
+                let mut set = redis::cmd("SET");
+                set.arg(&key).arg(&value);
+                let written =
+                    with_client!(client, locks => locks.guard::<()>(&lock, &[&key], &set).await);
+                written
+                    .map(|()| json!({"written": true}))
+                    .map_err(client_error)
+            }
+            "fence_postgres" => self.fence_postgres(&fields).await,
             "cancel" => {
                 let target = fields.get("target").and_then(Value::as_u64).unwrap_or(0);
                 if let Some(wait) = self.state().waits.remove(&target) {
@@ -290,8 +315,46 @@ impl Adapter {
         };
         let detected = with_client!(&client, locks => locks.detect_backend().await);
         let detected = detected.map_err(client_error)?;
+        if let Some(url) = fields.get("postgres").and_then(Value::as_str) {
+            let (pg, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                .await
+                .map_err(|e| failure("connection", format!("PostgreSQL: {e}")))?;
+            tokio::spawn(connection);
+            self.state().postgres = Some(Arc::new(tokio::sync::Mutex::new(pg)));
+        }
         self.state().client = Some(client);
         Ok(json!({"backend": detected.name()}))
+    }
+
+    /// One transaction: the client's fence for `resource` with the lock's token,
+    /// then the write, then the commit; a refused fence rolls back.
+    async fn fence_postgres(&self, fields: &Fields) -> Result<Value, Value> {
+        let lock = self.held(fields)?;
+        let resource = text(fields, "resource")?.to_string();
+        let value = text(fields, "value")?.to_string();
+        let pg = self
+            .state()
+            .postgres
+            .clone()
+            .ok_or_else(|| failure("bad_request", "no postgres URL came with open"))?;
+        after(fields).await;
+        let mut pg = pg.lock().await;
+        let tx = pg
+            .transaction()
+            .await
+            .map_err(|e| failure("connection", format!("PostgreSQL: {e}")))?;
+        postgres::fence(&tx, &resource, &lock)
+            .await
+            .map_err(client_error)?;
+        let write = "INSERT INTO conformance_writes (resource, value) VALUES ($1, $2) \
+                     ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value";
+        tx.execute(write, &[&resource, &value])
+            .await
+            .map_err(|e| failure("other", format!("PostgreSQL: {e}")))?;
+        tx.commit()
+            .await
+            .map_err(|e| failure("other", format!("PostgreSQL: {e}")))?;
+        Ok(json!({"written": true}))
     }
 
     async fn acquire(&self, fields: &Fields) -> Result<Value, Value> {
@@ -366,6 +429,13 @@ fn cluster(urls: &[Value], fields: &Fields, backend: Option<Backend>) -> Result<
 #[cfg(not(feature = "cluster"))]
 fn cluster(_: &[Value], _: &Fields, _: Option<Backend>) -> Result<Client, Value> {
     Err(failure("unsupported", "built without the cluster feature"))
+}
+
+/// The request's `after_ms` (default 0) from its arrival, on a tokio timer: the way
+/// work under a lock reaches its write.
+async fn after(fields: &Fields) {
+    let after = fields.get("after_ms").and_then(Value::as_u64).unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(after)).await;
 }
 
 /// Writes the `lost` event of `lock` when its loss signal fires (not for a release).

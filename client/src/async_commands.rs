@@ -13,6 +13,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
+use redis::{Cmd, FromRedisValue};
 
 use crate::backend::Backend;
 use crate::drive::tokio::drive;
@@ -24,7 +25,7 @@ use crate::held::run::{run_under, Locked};
 use crate::info::LockInfo;
 use crate::lease::LockLost;
 use crate::lock::Lock;
-use crate::machine::{info, Acquire, Detect, Extend, Release};
+use crate::machine::{info, reply_as, Acquire, Detect, Extend, Guard, Release};
 use crate::request::Request;
 use crate::wait::Wait;
 
@@ -87,6 +88,41 @@ pub trait AsyncLockCommands: ConnectionLike + Send + Sized {
     fn release(&mut self, lock: &Lock) -> impl Future<Output = Result<bool>> + Send {
         let release = Release::new(lock);
         async move { drive(self, release).await }
+    }
+
+    /// Runs `command` only while `lock`'s token holds the lock, checked and run by
+    /// the server in one step: the command's reply as `T`, or [`Error::Fenced`] (and
+    /// the lock lost at once). The keys, replies and errors of
+    /// [`LockCommands::guard`](crate::LockCommands::guard).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redis_lock_client::{AsyncLockCommands, Error};
+    ///
+    /// # async fn demo() -> redis_lock_client::Result<()> {
+    /// let mut con = redis::Client::open("redis://127.0.0.1:6390/").unwrap()
+    ///     .get_connection_manager().await.unwrap();
+    /// if let Some(lock) = con.try_acquire("{report:daily}", Duration::from_secs(30)).await? {
+    ///     let out = "{report:daily}:out";
+    ///     match con.guard::<()>(&lock, &[out], redis::cmd("SET").arg(out).arg("rows 1-500")).await {
+    ///         Err(Error::Fenced { .. }) => eprintln!("another holder took over: stop"),
+    ///         done => done?,
+    ///     }
+    ///     con.release(&lock).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    fn guard<T>(
+        &mut self,
+        lock: &Lock,
+        keys: &[impl AsRef<[u8]>],
+        command: &Cmd,
+    ) -> impl Future<Output = Result<T>> + Send
+    where
+        T: FromRedisValue + Send,
+    {
+        let guard = Guard::new(lock, keys, command);
+        async move { reply_as(drive(self, guard).await?) }
     }
 
     /// Who holds the lock at `key`, its TTL, token and waiters; `None` if it is free.

@@ -124,6 +124,44 @@ impl Backend {
         }
         cmd
     }
+
+    /// The guarded write of `command` (its name and arguments) on this backend, while
+    /// `token` holds the lock at `key`: `LOCK.GUARD key token command…` (the module
+    /// finds the command's keys itself), or the library's `lock_guard` with `keys`,
+    /// the keys the command touches, declared after the lock key (`FCALL lock_guard
+    /// n key keys… token command…`, or its `EVALSHA`).
+    pub(crate) fn guard(self, key: &str, keys: &[Vec<u8>], token: i64, command: &[Vec<u8>]) -> Cmd {
+        let mut cmd = match self {
+            Backend::Module => {
+                let mut cmd = redis::cmd("LOCK.GUARD");
+                cmd.arg(key);
+                cmd
+            }
+            Backend::Functions => {
+                let mut cmd = redis::cmd("FCALL");
+                cmd.arg("lock_guard").arg(1 + keys.len()).arg(key);
+                cmd
+            }
+            Backend::Scripts => {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(script_sha()).arg(1 + keys.len()).arg(key);
+                cmd
+            }
+        };
+        if self.is_library() {
+            for data in keys {
+                cmd.arg(data.as_slice());
+            }
+        }
+        if self == Backend::Scripts {
+            cmd.arg("lock_guard");
+        }
+        cmd.arg(token);
+        for arg in command {
+            cmd.arg(arg.as_slice());
+        }
+        cmd
+    }
 }
 
 impl std::fmt::Display for Backend {
@@ -220,6 +258,46 @@ mod tests {
             ["EVALSHA", sha.as_str(), "1", "job", "lock_info"]
         );
         assert_eq!(sha.len(), 40);
+    }
+
+    #[test]
+    fn a_guard_declares_its_keys_on_the_library_only() {
+        let keys = vec![b"{job}:out".to_vec(), b"{job}:n".to_vec()];
+        let set = vec![b"SET".to_vec(), b"{job}:out".to_vec(), b"v".to_vec()];
+        assert_eq!(
+            words(&Backend::Module.guard("{job}", &keys, 17, &set)),
+            ["LOCK.GUARD", "{job}", "17", "SET", "{job}:out", "v"]
+        );
+        assert_eq!(
+            words(&Backend::Functions.guard("{job}", &keys, 17, &set)),
+            [
+                "FCALL",
+                "lock_guard",
+                "3",
+                "{job}",
+                "{job}:out",
+                "{job}:n",
+                "17",
+                "SET",
+                "{job}:out",
+                "v"
+            ]
+        );
+        let sha = script_sha().to_string();
+        assert_eq!(
+            words(&Backend::Scripts.guard("{job}", &[], 17, &set)),
+            [
+                "EVALSHA",
+                sha.as_str(),
+                "1",
+                "{job}",
+                "lock_guard",
+                "17",
+                "SET",
+                "{job}:out",
+                "v"
+            ]
+        );
     }
 
     #[test]

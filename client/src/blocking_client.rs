@@ -4,6 +4,8 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use redis::{Cmd, FromRedisValue};
+
 use crate::backend::Backend;
 use crate::drive::blocking::{drive, Owned};
 use crate::error::{Error, Result};
@@ -12,7 +14,7 @@ use crate::held::run::Locked;
 use crate::info::LockInfo;
 use crate::limits::{CONNECT_LIMIT, RELEASE_LIMIT};
 use crate::lock::Lock;
-use crate::machine::{info, Acquire, Detect, Extend, Release};
+use crate::machine::{info, reply_as, Acquire, Detect, Extend, Guard, Release};
 use crate::request::Request;
 use crate::wait::Wait;
 
@@ -111,6 +113,47 @@ impl BlockingLockClient {
     pub fn release_owner(&self, key: &str, owner: &str) -> Result<bool> {
         let release = Release::owner(self.detect_backend()?, key, owner);
         drive(&mut self.connect(Some(RELEASE_LIMIT))?, release)
+    }
+
+    /// Runs `command` only while `lock`'s token holds the lock, checked and run by
+    /// the server in one step, on a connection of its own (answered within 2 s): the
+    /// command's reply as `T`, or [`Error::Fenced`] (and the lock lost at once). The
+    /// keys, replies and errors of [`LockCommands::guard`](crate::LockCommands::guard).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redis_lock_client::{BlockingLockClient, Wait};
+    ///
+    /// # fn main() -> redis_lock_client::Result<()> {
+    /// let locks = BlockingLockClient::new(redis::Client::open("redis://127.0.0.1:6390/").unwrap());
+    /// if let Some(lock) = locks.acquire("{report:daily}", Duration::from_secs(30), Wait::No)? {
+    ///     let out = "{report:daily}:out";
+    ///     let () = locks.guard(&lock, &[out], redis::cmd("SET").arg(out).arg("rows 1-500"))?;
+    ///     locks.release(&lock)?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn guard<T: FromRedisValue>(
+        &self,
+        lock: &Lock,
+        keys: &[impl AsRef<[u8]>],
+        command: &Cmd,
+    ) -> Result<T> {
+        let guard = Guard::new(lock, keys, command);
+        reply_as(drive(&mut self.connect(Some(CONNECT_LIMIT))?, guard)?)
+    }
+
+    /// [`guard`](Self::guard) for a token of a lock held elsewhere, as
+    /// [`LockClient::guard_token`](crate::LockClient::guard_token).
+    pub fn guard_token<T: FromRedisValue>(
+        &self,
+        key: &str,
+        token: i64,
+        keys: &[impl AsRef<[u8]>],
+        command: &Cmd,
+    ) -> Result<T> {
+        let guard = Guard::token(self.detect_backend()?, key, token, keys, command);
+        reply_as(drive(&mut self.connect(Some(CONNECT_LIMIT))?, guard)?)
     }
 
     /// Who holds the lock at `key`; `None` if it is free.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use redis::ConnectionLike;
+use redis::{Cmd, ConnectionLike, FromRedisValue};
 
 use crate::backend::Backend;
 use crate::drive::blocking::{drive, Borrowed};
@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::held::run::Locked;
 use crate::info::LockInfo;
 use crate::lock::Lock;
-use crate::machine::{info, Acquire, Detect, Extend, Release};
+use crate::machine::{info, reply_as, Acquire, Detect, Extend, Guard, Release};
 use crate::request::Request;
 use crate::wait::Wait;
 
@@ -76,6 +76,56 @@ pub trait LockCommands: ConnectionLike + Sized {
     /// Releases `lock`; `false` if it was no longer held by this owner.
     fn release(&mut self, lock: &Lock) -> Result<bool> {
         drive(&mut Borrowed(self), Release::new(lock))
+    }
+
+    /// Runs `command` only while `lock`'s token holds the lock: the server checks the
+    /// token and runs the command in one step (`LOCK.GUARD` on the module,
+    /// `lock_guard` on the library), so no lapse, release or grant to another holder
+    /// comes between them. The reply is the command's, as `T` (`()`, `String`,
+    /// `Option<String>`, `i64`, `redis::Value` …).
+    ///
+    /// `keys` are every key the command touches. The library declares them to the
+    /// server (Cluster routing, ACL key patterns) and refuses a command that touches
+    /// a key not declared; the module finds them itself, but name them on every
+    /// backend, so the code runs on each. In a Cluster they share the lock key's
+    /// hash slot: hash tags, `{job:1}` for the lock, `{job:1}:out` for the data
+    /// ([`Error::CrossSlot`] otherwise).
+    ///
+    /// - The token no longer holds the lock (it lapsed, was released or deleted,
+    ///   another holder has it): nothing runs, [`Error::Fenced`], and the lock is
+    ///   lost at once (its loss signal fires, cause
+    ///   [`LossCause::Fenced`](crate::LossCause::Fenced)): stop the work.
+    /// - A lock this client knows is lost (its lease ran out, it was released) is
+    ///   refused before anything is sent: [`Error::LockLost`].
+    /// - The command's own error reply, and the guard's refusals (`NOPERM`, a
+    ///   command a script may not run, one on the lock key): [`Error::Server`].
+    /// - Sent once: after a lost connection ([`Error::Connection`]) the command may
+    ///   or may not have run.
+    ///
+    /// It goes to the lock's backend ([`Lock::backend`]); a library loaded before
+    /// guarded writes came is [`Error::LibraryWithoutGuard`].
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redis_lock_client::{Error, LockCommands};
+    ///
+    /// # fn main() -> redis_lock_client::Result<()> {
+    /// let mut con = redis::Client::open("redis://127.0.0.1:6390/").unwrap().get_connection().unwrap();
+    /// if let Some(lock) = con.try_acquire("{report:daily}", Duration::from_secs(30))? {
+    ///     let out = "{report:daily}:out";
+    ///     let () = con.guard(&lock, &[out], redis::cmd("SET").arg(out).arg("rows 1-500"))?;
+    ///     let rows: i64 = con.guard(&lock, &[out], redis::cmd("STRLEN").arg(out))?;
+    ///     con.release(&lock)?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    fn guard<T: FromRedisValue>(
+        &mut self,
+        lock: &Lock,
+        keys: &[impl AsRef<[u8]>],
+        command: &Cmd,
+    ) -> Result<T> {
+        reply_as(drive(&mut Borrowed(self), Guard::new(lock, keys, command))?)
     }
 
     /// Who holds the lock at `key`, its TTL, token and waiters; `None` if it is free.

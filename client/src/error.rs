@@ -147,6 +147,88 @@ pub enum Error {
     /// The server answered with something the lock commands never send.
     #[error("unexpected reply from the server: {0}")]
     UnexpectedReply(String),
+    /// A fenced write was refused, and nothing was written: in Redis, the lock's
+    /// token no longer holds it (`LOCK.GUARD` or `lock_guard` answered `FENCED`: it
+    /// lapsed, was released or deleted, or another holder has it now); in
+    /// PostgreSQL, a holder with a greater token has written to the resource (the
+    /// caller rolls its transaction back). A [`Lock`](crate::Lock) that gets it is
+    /// lost at once: its loss signal fires, with cause
+    /// [`LossCause::Fenced`](crate::LossCause::Fenced).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redis_lock_client::{Error, LockCommands};
+    ///
+    /// # fn main() -> redis_lock_client::Result<()> {
+    /// let mut con = redis::Client::open("redis://127.0.0.1:6390/").unwrap().get_connection().unwrap();
+    /// if let Some(lock) = con.try_acquire("{report:daily}", Duration::from_secs(30))? {
+    ///     let out = "{report:daily}:out";
+    ///     match con.guard::<()>(&lock, &[out], redis::cmd("SET").arg(out).arg("rows 1-500")) {
+    ///         Ok(()) => println!("written"),
+    ///         Err(Error::Fenced { .. }) => eprintln!("another holder took over: stop"),
+    ///         Err(error) => return Err(error),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[error(
+        "the fenced write was refused ({reason}): nothing was written; stop the work under \
+         {key:?}, whose next holder may be writing, and roll back what it started"
+    )]
+    Fenced {
+        /// The lock's key (for a bare token fenced in PostgreSQL, the resource).
+        key: String,
+        /// The token that was refused.
+        token: i64,
+        /// Why, as the store said it (`token 17 does not hold jobs:1: it is held
+        /// with token 19`).
+        reason: String,
+    },
+    /// A guarded write's keys are not all in the hash slot of its lock key: a Redis
+    /// Cluster answered `CROSSSLOT`, and nothing ran.
+    #[error(
+        "the guarded command's keys are not all in the hash slot of the lock {key:?}: in a \
+         Cluster, give the data keys the lock key's hash tag (lock `{{job:1}}`, data \
+         `{{job:1}}:out`); nothing ran ({})",
+        server_text(.error)
+    )]
+    CrossSlot {
+        /// The lock's key.
+        key: String,
+        /// The server's answer.
+        error: RedisError,
+    },
+    /// The `redislock` library on the server has no `lock_guard`: it was loaded
+    /// before guarded writes came (within library version 3). Nothing ran.
+    #[error(
+        "the redislock library on the server{} has no lock_guard: it was loaded before \
+         guarded writes came; load the library of this release with `redis-lock functions \
+         load --url URL` (FUNCTION LOAD REPLACE of lua/redislock.lua)",
+        match found { Some(found) => format!(" (version {found})"), None => String::new() }
+    )]
+    LibraryWithoutGuard {
+        /// The version the server's library answered, if it did.
+        found: Option<i64>,
+    },
+    /// PostgreSQL refused the fence's statement (no fence table, a connection
+    /// lost, a transaction aborted before it): the caller rolls back. With the
+    /// `postgres` feature.
+    #[cfg(feature = "postgres")]
+    #[error("PostgreSQL refused the fence: {}", postgres_text(.0))]
+    Postgres(tokio_postgres::Error),
+}
+
+/// A PostgreSQL error with the server's own words (`ERROR 42P01: relation
+/// "redis_lock_fence" does not exist`), which tokio-postgres shows as `db error`.
+#[cfg(feature = "postgres")]
+fn postgres_text(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("{} {}: {}", db.severity(), db.code().code(), db.message()),
+        None => match std::error::Error::source(error) {
+            Some(source) => format!("{error}: {source}"),
+            None => error.to_string(),
+        },
+    }
 }
 
 /// A range of library versions in words: "version 2", "versions 2 to 3".
@@ -230,6 +312,11 @@ fn is_missing_library(error: &RedisError) -> bool {
         && error
             .detail()
             .is_some_and(|detail| detail.starts_with("Function not found"))
+}
+
+/// Whether `error` is a reply whose first word is `code` (`FENCED`, `CROSSSLOT`).
+pub(crate) fn has_code(error: &RedisError, code: &str) -> bool {
+    error.code() == Some(code)
 }
 
 /// True for errors after which the same command may succeed on retry: the request

@@ -248,6 +248,8 @@ pub(crate) enum Ended {
     RanOut,
     /// The holder released it.
     Released,
+    /// A guarded write was refused: the server no longer held it with its token.
+    Fenced,
 }
 
 /// Why a lock was lost, as its holder's client saw it ([`LockLost::cause`]).
@@ -265,6 +267,10 @@ pub enum LossCause {
     },
     /// The holder released it.
     Released,
+    /// A fenced write was refused (`FENCED` from `LOCK.GUARD` or `lock_guard`, or
+    /// the PostgreSQL fence found a greater token): the server no longer holds it
+    /// with this token, or a newer holder has written.
+    Fenced,
 }
 
 impl std::fmt::Display for LossCause {
@@ -283,6 +289,9 @@ impl std::fmt::Display for LossCause {
                 "no renewal was acknowledged before the lease ran out; the last renewal failed: {error}"
             ),
             LossCause::Released => f.write_str("it was released"),
+            LossCause::Fenced => f.write_str(
+                "a fenced write was refused: the lock is no longer held with its token",
+            ),
         }
     }
 }
@@ -386,8 +395,8 @@ impl Lease {
         }
     }
 
-    /// The server no longer holds the lock for this owner, it was released, or the
-    /// renewer saw it run out: the first cause given stays.
+    /// The server no longer holds the lock for this owner, it was released, a fenced
+    /// write was refused, or the renewer saw it run out: the first cause given stays.
     pub(crate) fn end(&self, why: Ended) {
         self.change(|state, _| {
             state.ended.get_or_insert(why);
@@ -410,6 +419,7 @@ impl Lease {
         match state.ended {
             Some(Ended::Refused) => Some(LossCause::Refused),
             Some(Ended::Released) => Some(LossCause::Released),
+            Some(Ended::Fenced) => Some(LossCause::Fenced),
             Some(Ended::RanOut) => Some(LossCause::LeaseRanOut {
                 last_error: state.last_error.clone(),
             }),
@@ -822,6 +832,25 @@ mod tests {
             renewed.cause(),
             Some(LossCause::LeaseRanOut { last_error: None }),
             "an acknowledged renewal clears the error"
+        );
+    }
+
+    #[test]
+    fn a_refused_fenced_write_ends_the_lease_with_its_own_cause() {
+        let lease = Lease::new(Instant::now(), Duration::from_secs(60));
+        lease.end(Ended::Fenced);
+        assert!(lease.is_lost());
+        assert_eq!(lease.cause(), Some(LossCause::Fenced));
+        assert!(LossCause::Fenced
+            .to_string()
+            .contains("fenced write was refused"));
+        let released = Lease::new(Instant::now(), Duration::from_secs(60));
+        released.end(Ended::Released);
+        released.end(Ended::Fenced);
+        assert_eq!(
+            released.cause(),
+            Some(LossCause::Released),
+            "a guard after a release: the release stays the cause"
         );
     }
 

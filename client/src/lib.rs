@@ -23,6 +23,11 @@
 //!   [`LockLost`] signal, and releases afterwards, also on panic and cancellation.
 //! - A wait is a [`Wait`]: `No`, `For(duration)` (rounded up to whole milliseconds)
 //!   or `Forever`.
+//! - Fenced writes: `guard(&lock, keys, command)` ([`LockCommands::guard`], and on
+//!   every API) runs a command only while the lock's token holds the lock, checked
+//!   and run by the server in one step; a refusal is [`Error::Fenced`] and loses the
+//!   lock at once. The [`postgres`] module (feature `postgres`) fences a write to
+//!   PostgreSQL in the caller's transaction.
 //! - [`Request::durable`] waits for replicas to acknowledge a grant; [`Redlock`]
 //!   holds one lock on a majority of independent servers.
 //! - Acquires, renewal failures, losses and releases are logged as `tracing` events.
@@ -76,6 +81,7 @@ pub use blocking_client::{BlockingLockClient, BlockingLockGuard};
 pub use commands::{LockCommands, LockGuard};
 pub use connector::Connector;
 pub use error::{Error, Result};
+pub use held::fence as postgres;
 pub use held::guard::AsyncLockGuard;
 pub use held::renew::{AsyncRenewer, Renewer, STOP_LIMIT};
 pub use held::run::Locked;

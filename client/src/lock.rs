@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::Backend;
+use crate::info::Mode;
 use crate::lease::{Ended, Lease, LockLost, LossCause, Pending};
 
 /// A lock this process holds: its key, the owner id it was taken with, its fencing
@@ -34,6 +35,9 @@ pub struct Lock {
     pub(crate) token: i64,
     pub(crate) lease: Arc<Lease>,
     pub(crate) backend: Backend,
+    /// Exclusive, or one of several shared holdings (whose tokens do not fence a
+    /// resource beyond Redis).
+    pub(crate) mode: Mode,
     /// The process that acquired it: a holding belongs to it alone (see
     /// [`Lock::in_another_process`]).
     pub(crate) pid: u32,
@@ -48,6 +52,7 @@ impl std::fmt::Debug for Lock {
             .field("owner", &self.owner)
             .field("token", &self.token)
             .field("backend", &self.backend)
+            .field("mode", &self.mode)
             .field("remaining", &self.remaining())
             .field("lost", &self.is_lost())
             .finish()
@@ -71,6 +76,7 @@ impl Lock {
             token,
             lease: Lease::new(sent, ttl),
             backend: Backend::Module,
+            mode: Mode::Exclusive,
             pid: std::process::id(),
         }
     }
@@ -89,9 +95,23 @@ impl Lock {
         self
     }
 
-    /// The backend the lock was taken through, which its release and extend use.
+    /// The same lock, as a holding of `mode`.
+    pub(crate) fn in_mode(mut self, mode: Mode) -> Lock {
+        self.mode = mode;
+        self
+    }
+
+    /// The backend the lock was taken through, which its release, extend and
+    /// guarded writes use.
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// Whether this is an exclusive holding or one of several shared ones (a read
+    /// lock, a semaphore's permit). Only an exclusive holding's token fences a
+    /// resource beyond Redis: shared holdings' tokens do not order writers.
+    pub fn mode(&self) -> Mode {
+        self.mode
     }
 
     /// Logs the grant.
@@ -113,6 +133,12 @@ impl Lock {
             pending.refused();
             tracing::warn!(key = %self.key, owner = %self.owner, token = self.token, "lock lost: the server no longer holds it for this owner");
         }
+    }
+
+    /// A fenced write with this lock's token was refused: the lock is lost at once.
+    pub(crate) fn fenced(&self, why: &str) {
+        self.lease.end(Ended::Fenced);
+        tracing::warn!(key = %self.key, owner = %self.owner, token = self.token, reason = why, "lock lost: a fenced write was refused");
     }
 
     /// A release answered `released`.
@@ -162,7 +188,8 @@ impl Lock {
         self.valid_until().saturating_duration_since(Instant::now())
     }
 
-    /// True once the lease ran out, an extend found the lock gone, or it was released.
+    /// True once the lease ran out, an extend found the lock gone, a fenced write was
+    /// refused, or it was released.
     /// Reads the clock when called: check it right before each write the lock guards
     /// (or [`LockLost::check`] on its [`signal`](Lock::signal)).
     pub fn is_lost(&self) -> bool {

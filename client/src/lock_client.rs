@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::{Cmd, FromRedisValue};
 use tokio::sync::OnceCell;
 
 use crate::backend::{function_load, Backend};
@@ -20,7 +21,7 @@ use crate::info::LockInfo;
 use crate::lease::LockLost;
 use crate::limits::{CONNECT_LIMIT, RELEASE_LIMIT};
 use crate::lock::Lock;
-use crate::machine::{info, Acquire, Detect, Release, Withdraw};
+use crate::machine::{info, reply_as, Acquire, Detect, Guard, Release, Withdraw};
 use crate::request::Request;
 use crate::wait::Wait;
 
@@ -224,6 +225,73 @@ impl<K: Connector> LockClient<K> {
     /// Extends `lock` to `ttl` on a fresh connection; `false` if it is no longer held.
     pub async fn extend(&self, lock: &Lock, ttl: Duration) -> Result<bool> {
         extend_on(&self.path(), lock, ttl).await
+    }
+
+    /// Runs `command` only while `lock`'s token holds the lock, checked and run by
+    /// the server in one step, on a connection of its own (answered within 2 s): the
+    /// command's reply as `T`, or [`Error::Fenced`] (and the lock lost at once). The
+    /// keys, replies and errors of [`LockCommands::guard`](crate::LockCommands::guard).
+    /// Many writes go faster through
+    /// [`AsyncLockCommands::guard`](crate::AsyncLockCommands::guard) on a
+    /// connection of yours.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redis_lock_client::{LockClient, Wait};
+    ///
+    /// # async fn demo() -> redis_lock_client::Result<()> {
+    /// let locks = LockClient::new(redis::Client::open("redis://127.0.0.1:6390/").unwrap());
+    /// locks
+    ///     .run_locked("{report:daily}", Duration::from_secs(30), Wait::No, |lock, _lost| {
+    ///         let locks = locks.clone();
+    ///         async move {
+    ///             let out = "{report:daily}:out";
+    ///             // Err(Error::Fenced): another holder took over, nothing was written.
+    ///             locks.guard::<()>(&lock, &[out], redis::cmd("SET").arg(out).arg("rows")).await
+    ///         }
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn guard<T: FromRedisValue>(
+        &self,
+        lock: &Lock,
+        keys: &[impl AsRef<[u8]>],
+        command: &Cmd,
+    ) -> Result<T> {
+        let guard = Guard::new(lock, keys, command);
+        let mut con = self.connector.connect(Some(CONNECT_LIMIT)).await?;
+        reply_as(drive(&mut con, guard).await?)
+    }
+
+    /// [`guard`](Self::guard) for a token of a lock held elsewhere (another process:
+    /// a job under `redis-lock run` has `REDIS_LOCK_KEY` and `REDIS_LOCK_TOKEN`), on
+    /// this client's backend. Without a [`Lock`] there is no loss signal to fire: a
+    /// refused write is [`Error::Fenced`] alone.
+    ///
+    /// ```no_run
+    /// use redis_lock_client::LockClient;
+    ///
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// // In a job under `redis-lock run`.
+    /// let key = std::env::var("REDIS_LOCK_KEY")?;
+    /// let token: i64 = std::env::var("REDIS_LOCK_TOKEN")?.parse()?;
+    /// let locks = LockClient::new(redis::Client::open(std::env::var("REDIS_LOCK_URL")?)?);
+    /// let out = format!("{key}:out");
+    /// let () = locks.guard_token(&key, token, &[&out], redis::cmd("SET").arg(&out).arg("done")).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn guard_token<T: FromRedisValue>(
+        &self,
+        key: &str,
+        token: i64,
+        keys: &[impl AsRef<[u8]>],
+        command: &Cmd,
+    ) -> Result<T> {
+        let backend = self.detect_backend().await?;
+        let guard = Guard::token(backend, key, token, keys, command);
+        let mut con = self.connector.connect(Some(CONNECT_LIMIT)).await?;
+        reply_as(drive(&mut con, guard).await?)
     }
 
     /// Who holds the lock at `key`; `None` if it is free.

@@ -10,6 +10,7 @@ use redis_lock_core::protocol;
 
 use crate::backend::Backend;
 use crate::error::{is_connection_error, Error, Result};
+use crate::info::Mode;
 use crate::limits::ttl_millis;
 use crate::lock::Lock;
 use crate::wait::Wait;
@@ -248,7 +249,14 @@ impl Request {
 
     /// The lock granted to a request sent at `sent`.
     pub(crate) fn granted(&self, token: i64, sent: Instant) -> Lock {
-        Lock::new(&self.key, &self.owner, token, sent, self.server_ttl()).on(self.backend)
+        let mode = if self.shared {
+            Mode::Shared
+        } else {
+            Mode::Exclusive
+        };
+        Lock::new(&self.key, &self.owner, token, sent, self.server_ttl())
+            .on(self.backend)
+            .in_mode(mode)
     }
 }
 

@@ -335,3 +335,88 @@ async fn the_async_client_works_on_a_cluster_connection() {
         assert!(con.release(&lock).await.unwrap());
     }
 }
+
+/// Guarded writes in a Cluster, on the module and on the library (a Cluster of plain
+/// servers with the library on every master): the write goes to the lock key's
+/// node, with its data keys in the lock key's slot; a data key in another slot is
+/// refused (`CROSSSLOT`) with the error that says to use the lock key's hash tag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guarded_writes_go_to_the_lock_keys_node_and_other_slots_are_refused() {
+    use redis_lock_client::{Backend, Error, Request};
+
+    for (backend, config) in [
+        (Backend::Module, common::Config::default()),
+        (
+            Backend::Functions,
+            common::Config::default().without_module(),
+        ),
+    ] {
+        let cluster = Cluster::start_with(3, config);
+        if backend == Backend::Functions {
+            for node in &cluster.nodes {
+                common::load_library(&mut node.connection());
+            }
+        }
+        let client = ClusterClient::new(cluster.urls()).unwrap();
+        let mut con = client.get_connection().unwrap();
+        let (lock_key, out) = ("{report:7}", "{report:7}:out");
+        let elsewhere = "report:8:out";
+        assert_ne!(cluster.slot(elsewhere), cluster.slot(lock_key));
+        let request = Request::new(lock_key, TTL).backend(backend);
+        let lock = LockCommands::acquire_with(&mut con, request)
+            .unwrap()
+            .expect("free");
+        let () = con
+            .guard(&lock, &[out], redis::cmd("SET").arg(out).arg("rows"))
+            .unwrap();
+        let node = cluster.owner_of(lock_key);
+        let stored: Option<String> =
+            query(&mut cluster.nodes[node].connection(), &["GET", out]).unwrap();
+        assert_eq!(stored.as_deref(), Some("rows"), "{backend}");
+        let error = con
+            .guard::<()>(
+                &lock,
+                &[elsewhere],
+                redis::cmd("SET").arg(elsewhere).arg("x"),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(error, Error::CrossSlot { .. }),
+            "{backend}: {error:?}"
+        );
+        assert!(error.to_string().contains("hash tag"), "{error}");
+        assert!(!lock.is_lost(), "{backend}: a refused key is not a loss");
+
+        let mut async_con = client.get_async_connection().await.unwrap();
+        let counter = "{report:7}:n";
+        let n: i64 = AsyncLockCommands::guard(
+            &mut async_con,
+            &lock,
+            &[counter],
+            redis::cmd("INCR").arg(counter),
+        )
+        .await
+        .unwrap();
+        assert_eq!(n, 1, "{backend}");
+        let _: i64 = query(&mut cluster.nodes[node].connection(), &["DEL", lock_key]).unwrap();
+        let error = AsyncLockCommands::guard::<()>(
+            &mut async_con,
+            &lock,
+            &[out],
+            redis::cmd("SET").arg(out).arg("stale"),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(error, Error::Fenced { .. }),
+            "{backend}: {error:?}"
+        );
+        let stored: Option<String> =
+            query(&mut cluster.nodes[node].connection(), &["GET", out]).unwrap();
+        assert_eq!(
+            stored.as_deref(),
+            Some("rows"),
+            "{backend}: nothing written"
+        );
+    }
+}

@@ -10,7 +10,10 @@
 //! - `guard.rs`: [`AsyncLockGuard`](guard::AsyncLockGuard), released when dropped.
 //! - `run.rs`: the work under a held lock (`run_locked`), and what it reports,
 //!   [`Locked`](run::Locked).
+//! - `fence.rs`: a held lock's fenced writes beyond Redis, in PostgreSQL (the
+//!   crate's `postgres` module).
 
+pub mod fence;
 pub(crate) mod guard;
 pub(crate) mod path;
 pub(crate) mod renew;

@@ -12,6 +12,7 @@
 //!   its lease; nothing is sent for a lock of another process.
 //! - [`Withdraw`]: take back what a request abandoned mid-way may have left.
 //! - [`Detect`]: which backend a server offers.
+//! - [`Guard`]: a guarded write, run only while the lock's token holds it.
 //! - [`Single`]: one call and what its reply means; [`info`], who holds a lock.
 //!
 //! [`Scripted`] wraps any machine for the library backends: a `NOSCRIPT` reply (a
@@ -25,6 +26,7 @@
 mod acquire;
 mod detect;
 mod extend;
+mod guard;
 mod release;
 mod scripted;
 mod single;
@@ -34,6 +36,7 @@ mod withdraw;
 pub(crate) use acquire::Acquire;
 pub(crate) use detect::Detect;
 pub(crate) use extend::Extend;
+pub(crate) use guard::{reply_as, Guard};
 pub(crate) use release::Release;
 pub(crate) use scripted::Scripted;
 pub(crate) use single::{info, Single};

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use redis::{RedisError, RedisResult, Value};
 use redis_lock_core::protocol;
 
+use super::guard::reply_as;
 use super::single::read_flag;
 use super::*;
 use crate::backend::{script_sha, Backend};
@@ -554,4 +555,176 @@ fn a_dropped_acquire_is_withdrawn_call_by_call_until_one_fails() {
     assert_eq!(names(&sent), ["LOCK.RELEASE"]);
     let (sent, _) = converse(Withdraw::new(&request()), vec![]);
     assert!(sent.is_empty(), "a given owner's holding is never released");
+}
+
+fn set(key: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(key).arg("v");
+    cmd
+}
+
+#[test]
+fn a_guarded_write_is_sent_once_and_its_reply_is_the_commands() {
+    for (backend, words) in [
+        (
+            Backend::Module,
+            vec!["LOCK.GUARD", "job", "7", "SET", "out", "v"],
+        ),
+        (
+            Backend::Functions,
+            vec![
+                "FCALL",
+                "lock_guard",
+                "2",
+                "job",
+                "out",
+                "7",
+                "SET",
+                "out",
+                "v",
+            ],
+        ),
+    ] {
+        let lock = held(backend, Duration::from_secs(60));
+        let (sent, reply) = converse(
+            Guard::new(&lock, &["out"], &set("out")),
+            vec![Ok(Value::Okay)],
+        );
+        assert_eq!(
+            sent,
+            [(words.iter().map(|w| w.to_string()).collect(), None)]
+        );
+        assert_eq!(reply.unwrap(), Value::Okay);
+        let () = reply_as(Value::Okay).unwrap();
+        let mismatch = reply_as::<i64>(Value::Okay).unwrap_err();
+        assert!(
+            mismatch.to_string().contains("type asked for"),
+            "{mismatch}"
+        );
+        let (sent, reply) = converse(
+            Guard::new(&lock, &["out"], &set("out")),
+            vec![Err(timeout())],
+        );
+        assert_eq!(
+            sent.len(),
+            1,
+            "a lost reply is not sent again: the write may have run"
+        );
+        assert!(matches!(reply, Err(Error::Connection(_))), "{reply:?}");
+        assert!(!lock.is_lost());
+    }
+}
+
+#[test]
+fn fenced_is_its_own_error_and_ends_the_lease_at_once() {
+    let lock = held(Backend::Module, Duration::from_secs(60));
+    let refused = server_error("FENCED token 7 does not hold job: it is held with token 9");
+    let (_, reply) = converse(Guard::new(&lock, &["out"], &set("out")), vec![Err(refused)]);
+    let error = reply.unwrap_err();
+    assert!(
+        matches!(&error, Error::Fenced { key, token: 7, reason } if key == "job"
+            && reason == "token 7 does not hold job: it is held with token 9"),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("stop the work"), "{error}");
+    assert!(lock.is_lost());
+    assert_eq!(lock.cause(), Some(crate::lease::LossCause::Fenced));
+    let (sent, reply) = converse(Guard::new(&lock, &["out"], &set("out")), vec![]);
+    assert!(sent.is_empty(), "a lock known lost is not sent");
+    assert!(matches!(reply, Err(Error::LockLost { .. })), "{reply:?}");
+}
+
+#[test]
+fn a_guards_error_replies_say_what_they_are() {
+    let lock = held(Backend::Module, Duration::from_secs(60));
+    let guard = || Guard::new(&lock, &["{a}:out"], &set("{a}:out"));
+    let cross = server_error("CROSSSLOT Keys in request don't hash to the same slot");
+    let error = converse(guard(), vec![Err(cross)]).1.unwrap_err();
+    assert!(matches!(error, Error::CrossSlot { .. }), "{error:?}");
+    assert!(error.to_string().contains("hash tag"), "{error}");
+    let wrongtype =
+        server_error("WRONGTYPE Operation against a key holding the wrong kind of value");
+    let error = converse(guard(), vec![Err(wrongtype)]).1.unwrap_err();
+    assert!(
+        matches!(error, Error::Server(_)),
+        "the command's own: {error:?}"
+    );
+    assert!(!lock.is_lost(), "only FENCED loses the lock");
+    for empty in [redis::Cmd::new(), {
+        let mut c = redis::cmd("SCAN");
+        c.cursor_arg(0);
+        c
+    }] {
+        let (sent, reply) = converse(Guard::new(&lock, &["out"], &empty), vec![]);
+        assert!(sent.is_empty());
+        assert!(matches!(reply, Err(Error::InvalidArgument(_))), "{reply:?}");
+    }
+    let (sent, reply) = converse(
+        Guard::token(Backend::Module, "job", 0, &["out"], &set("out")),
+        vec![],
+    );
+    assert!(sent.is_empty());
+    assert!(matches!(reply, Err(Error::InvalidArgument(_))), "{reply:?}");
+}
+
+#[test]
+fn a_library_without_lock_guard_is_named_and_a_library_gone_goes_through_scripts() {
+    let lock = held(Backend::Functions, Duration::from_secs(60));
+    let missing = || Err(server_error("ERR Function not found"));
+    let (sent, reply) = converse(
+        Guard::new(&lock, &["out"], &set("out")),
+        vec![missing(), Ok(Value::Int(3))],
+    );
+    assert_eq!(sent[1].0, ["FCALL_RO", "lock_version", "0"]);
+    let error = reply.unwrap_err();
+    assert!(
+        matches!(error, Error::LibraryWithoutGuard { found: Some(3) }),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    assert!(
+        text.contains("redis-lock functions load") && text.contains("(version 3)"),
+        "{text}"
+    );
+    let (sent, reply) = converse(
+        Guard::new(&lock, &["out"], &set("out")),
+        vec![
+            missing(),
+            missing(),
+            Err(server_error("NOSCRIPT No matching script")),
+            Ok(Value::SimpleString("sha".into())),
+            Ok(Value::Okay),
+        ],
+    );
+    assert_eq!(
+        names(&sent),
+        ["FCALL", "FCALL_RO", "EVALSHA", "SCRIPT", "EVALSHA"]
+    );
+    assert_eq!(
+        sent[2].0,
+        [
+            "EVALSHA",
+            script_sha(),
+            "2",
+            "job",
+            "out",
+            "lock_guard",
+            "7",
+            "SET",
+            "out",
+            "v"
+        ]
+    );
+    assert_eq!(reply.unwrap(), Value::Okay);
+    let old_script = server_error("ERR unknown function 'lock_guard': expected lock_acquire");
+    let scripts = held(Backend::Scripts, Duration::from_secs(60));
+    let reply = converse(
+        Guard::new(&scripts, &["out"], &set("out")),
+        vec![Err(old_script)],
+    )
+    .1;
+    assert!(
+        matches!(reply, Err(Error::LibraryWithoutGuard { found: None })),
+        "{reply:?}"
+    );
 }
