@@ -10,6 +10,7 @@ import {
   type AcquireOptions,
   type Backend,
   CONTROL_LIMIT_MS,
+  FencedError,
   LEASE_MARGIN_MIN_MS,
   LEASE_MARGIN_PERCENT,
   LIBRARY_VERSION,
@@ -46,7 +47,8 @@ write({
     version: "0.1.0",
     capabilities: [
       "module", "functions", "scripts", "force_backend", "cluster", "auth", "owner", "shared", "limit",
-      "wait", "wait_forever", "cancel", "extend", "info", "loss_events", "loss_cause", "check",
+      "wait", "wait_forever", "cancel", "extend", "info", "loss_events", "loss_cause", "check", "guard",
+      "fence_postgres",
     ],
     constants: {
       renewal_divisor: RENEWAL_DIVISOR,
@@ -73,6 +75,8 @@ class Refused extends Error {
 
 let locks: Locks | undefined;
 let quit: (() => Promise<void>) | undefined;
+/** The adapter's own PostgreSQL (open's `postgres`), for `fence_postgres`. */
+let postgres: import("pg").Pool | undefined;
 const held = new Map<string, Lock>();
 const waits = new Map<number, { controller: AbortController; done: Promise<unknown> }>();
 
@@ -97,6 +101,7 @@ function client(): Locks {
 function cause(lock: Lock): string {
   const reason: unknown = lock.signal.reason;
   if (!(reason instanceof LockLostError)) return "unknown";
+  if (reason.why === "fenced") return "fenced";
   return reason.why === "refused" ? "refused" : "lease_ran_out";
 }
 
@@ -135,6 +140,11 @@ async function open(request: Json): Promise<Json> {
     await standalone.connect();
     redis = standalone;
     quit = async () => void (await standalone.close().catch(() => standalone.destroy()));
+  }
+  if (typeof request["postgres"] === "string") {
+    const { default: pg } = await import("pg");
+    postgres = new pg.Pool({ connectionString: request["postgres"], max: 4 });
+    postgres.on("error", () => undefined); // an idle connection's error: the next use says it
   }
   const wanted = request["backend"];
   const backend = wanted === undefined || wanted === "auto" ? undefined : (wanted as Backend);
@@ -230,6 +240,52 @@ async function check(request: Json): Promise<Json> {
   }
 }
 
+/** `after_ms` (default 0) after the request arrived, from a timer, as `check` does. */
+function after(request: Json): Promise<void> {
+  const ms = typeof request["after_ms"] === "number" ? request["after_ms"] : 0;
+  return new Promise((done) => setTimeout(done, ms));
+}
+
+/** `SET key value` through the lock's guard, as docs/node-client.md shows it. */
+async function guard(request: Json): Promise<Json> {
+  const lock = lockOf(request);
+  const key = field<string>(request, "key", "string");
+  const value = field<string>(request, "value", "string");
+  await after(request);
+  await lock.guard([key], "SET", key, value);
+  return { written: true };
+}
+
+/** One transaction on the adapter's own PostgreSQL: the lock's fence for `resource`,
+ * then the write, then COMMIT; rolled back on any error. */
+async function fencePostgres(request: Json): Promise<Json> {
+  const lock = lockOf(request);
+  const resource = field<string>(request, "resource", "string");
+  const value = field<string>(request, "value", "string");
+  if (postgres === undefined) throw new Refused("bad_request", "open had no postgres URL");
+  const pool = postgres;
+  await after(request);
+  const client = await pool.connect();
+  let broken: Error | undefined;
+  try {
+    await client.query("BEGIN");
+    await lock.fencePostgres(client, resource);
+    await client.query(
+      "INSERT INTO conformance_writes (resource, value) VALUES ($1, $2) ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value",
+      [resource, value],
+    );
+    await client.query("COMMIT");
+  } catch (error) {
+    await client.query("ROLLBACK").catch((failed: unknown) => {
+      broken = failed instanceof Error ? failed : new Error(String(failed));
+    });
+    throw error;
+  } finally {
+    client.release(broken); // a connection that could not roll back is closed
+  }
+  return { written: true };
+}
+
 /** The open in progress: later requests wait for it (they may arrive before it
  * answered). */
 let opening: Promise<unknown> = Promise.resolve();
@@ -260,6 +316,10 @@ async function handle(request: Json, id: number): Promise<Json> {
       return awaitLost(request);
     case "check":
       return check(request);
+    case "guard":
+      return guard(request);
+    case "fence_postgres":
+      return fencePostgres(request);
     case "cancel": {
       const wait = waits.get(field<number>(request, "target", "number"));
       if (wait !== undefined) {
@@ -282,6 +342,7 @@ async function handle(request: Json, id: number): Promise<Json> {
     case "close":
       locks?.close();
       await quit?.();
+      await postgres?.end().catch(() => undefined);
       return {};
     default:
       throw new Refused("bad_request", `unknown op ${String(request["op"])}`);
@@ -294,6 +355,7 @@ function kind(error: unknown): string {
   if (error instanceof LibraryVersionError)
     return error.found > error.max ? "library_too_new" : "library_too_old";
   if (error instanceof NoBackendError) return "no_backend";
+  if (error instanceof FencedError) return "fenced";
   if (error instanceof LockLostError) return "lock_lost";
   if (error instanceof RangeError || error instanceof TypeError) return "invalid_argument";
   if (error instanceof CommandTimeoutError) return "connection";
@@ -336,6 +398,7 @@ lines.on("close", () => {
     .then(async () => {
       locks?.close();
       await quit?.();
+      await postgres?.end().catch(() => undefined);
     })
     .finally(() => process.exit(0));
 });

@@ -13,23 +13,14 @@ export interface Job {
 /** The processor: what BullMQ calls with `job.data`. */
 export function processor(locks: Locks, redis: Redis) {
   return (job: Job): Promise<string> =>
-    locks.using(`account:${job.account}`, { ttl: 15_000, wait: 60_000 }, async (lock) => {
-      const balance = Number((await redis.hget(`balance:${job.account}`, "amount")) ?? "0");
-      // Right before the write, through the lock: `lock.signal` reads the clock, so
-      // a pause that outlived the lease is seen even before the lease's timer ran.
-      lock.signal.throwIfAborted(); // the lock is gone (or going): do not write
-      // The store keeps the highest token it has seen and refuses lower ones, so a
-      // holder that stalled past its lease cannot overwrite a newer one's work.
-      const written = await redis.eval(
-        `if tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') > tonumber(ARGV[2]) then return 0 end
-         redis.call('HSET', KEYS[1], 'amount', ARGV[1], 'fence', ARGV[2]) return 1`,
-        1,
-        `balance:${job.account}`,
-        String(balance + job.amount),
-        lock.token.toString(),
-      );
-      if (written !== 1) throw new Error(`job ${job.id}: fenced off by a newer holder`);
-      return `job ${job.id}: ${job.account} = ${balance + job.amount}`;
+    locks.using(`{account:${job.account}}`, { ttl: 15_000, wait: 60_000 }, async (lock) => {
+      const balance = `{account:${job.account}}:balance`; // in the lock key's hash slot
+      const amount = Number((await redis.hget(balance, "amount")) ?? "0") + job.amount;
+      // Written only while the lock's token holds it, checked by the server in the
+      // same step (LOCK.GUARD): a worker that stalled past its lease while another
+      // took the account over gets a FencedError, and writes nothing.
+      await lock.guard([balance], "HSET", balance, "amount", amount);
+      return `job ${job.id}: ${job.account} = ${amount}`;
     });
 }
 

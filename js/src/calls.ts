@@ -2,7 +2,7 @@
  * Sending the protocol's calls: each bounded in time, `NOSCRIPT` handled on the
  * scripts backend, and which backend a server offers.
  */
-import type { Connection } from "./connection.js";
+import type { Arg, Connection } from "./connection.js";
 import { CommandTimeoutError, NoBackendError, UnexpectedReplyError, describe } from "./errors.js";
 import { LIBRARY_SOURCE, SCRIPT_SHA } from "./generated.js";
 import { type Backend, CONTROL_LIMIT_MS, type LibraryCall, checkVersion, command, integer } from "./protocol.js";
@@ -38,7 +38,7 @@ export function isFunctionMissing(error: unknown): boolean {
  * dedicated connection, whose reply would otherwise come to nobody). */
 export function bounded(
   connection: Connection,
-  args: readonly string[],
+  args: readonly Arg[],
   key: string | undefined,
   limitMs: number | undefined,
   signal?: AbortSignal,
@@ -83,12 +83,13 @@ export function bounded(
   });
 }
 
-/** A command's name for messages: the library call's name after FCALL or EVALSHA. */
-function commandName(args: readonly string[]): string {
-  const [name = "", second = ""] = args;
-  if (name.startsWith("FCALL")) return `${name} ${second}`;
-  if (name === "EVALSHA") return `EVALSHA ${args[4] ?? args[3] ?? ""}`;
-  return name;
+/** A command's name for messages: the library call's name after FCALL or EVALSHA
+ * (`EVALSHA sha numkeys key... name`). */
+function commandName(args: readonly Arg[]): string {
+  const [name, second, numkeys] = [args[0] ?? "", args[1] ?? "", args[2] ?? "0"].map(String);
+  if (name?.startsWith("FCALL") === true) return `${name} ${second ?? ""}`;
+  if (name === "EVALSHA") return `EVALSHA ${String(args[3 + Number(numkeys)] ?? "")}`;
+  return name ?? "";
 }
 
 export interface CallOptions {

@@ -13,15 +13,24 @@
  *   back, or hide a lapsed place (docs/PROTOCOL.md). A failure closes it; the next
  *   use opens another.
  *
+ * - The guard connection (one per `Locks`, made at the first guarded write) carries
+ *   the guarded writes, whose replies are the user's command's: it reads them as the
+ *   user's client does (its own integer setting: ioredis' `stringNumbers`, node-redis'
+ *   type mapping), and never sends a command again after a reconnect either. On
+ *   node-redis it is the command connection, asked without the type mapping.
+ *
  * Sockets are unref'ed while no command is out on them, so the lock's connections
  * never keep a process alive on their own; they close when the user's client ends.
  */
 import { keySlot } from "./slot.js";
 
+/** A command's word: text, or bytes as they are. */
+export type Arg = string | Buffer;
+
 /** One connection of the lock's own. */
 export interface Connection {
   /** Sends one command; `key` routes it on a Cluster. */
-  send(args: readonly string[], key?: string): Promise<unknown>;
+  send(args: readonly Arg[], key?: string): Promise<unknown>;
   /** Closes at once; a command still out rejects. */
   close(): void;
   readonly closed: boolean;
@@ -36,6 +45,8 @@ export interface Driver {
   readonly cluster: boolean;
   /** The shared command connection, made on first use. */
   command(): Promise<Connection>;
+  /** The connection of guarded writes: replies as the user's client reads them. */
+  guarded(): Promise<Connection>;
   /** A new dedicated connection to the node that serves `key` (any for none). */
   dedicated(key: string | undefined): Promise<Connection>;
   /** A connection to every master (a Cluster's), for loading the library. */
@@ -105,7 +116,7 @@ interface NodeRedis extends Emitter {
   options?: Record<string, unknown> & { socket?: Record<string, unknown> };
   duplicate(overrides?: Record<string, unknown>): NodeRedis;
   connect(): Promise<unknown>;
-  sendCommand(args: readonly string[], options?: Record<string, unknown>): Promise<unknown>;
+  sendCommand(args: readonly Arg[], options?: Record<string, unknown>): Promise<unknown>;
   ref?(): void;
   unref?(): void;
   destroy?(): void;
@@ -117,7 +128,7 @@ interface NodeCluster extends Emitter {
   sendCommand(
     firstKey: string | undefined,
     isReadonly: boolean | undefined,
-    args: readonly string[],
+    args: readonly Arg[],
     options?: Record<string, unknown>,
   ): Promise<unknown>;
   getSlotMaster(slot: number): { host: string; port: number };
@@ -196,9 +207,9 @@ class IoConnection implements Connection {
       this.closed = true;
     });
   }
-  send(args: readonly string[]): Promise<unknown> {
+  send(args: readonly Arg[]): Promise<unknown> {
     const [name, ...rest] = args;
-    return this.refs.around(() => this.redis.call(name ?? "", rest));
+    return this.refs.around(() => this.redis.call(String(name ?? ""), rest));
   }
   /** Destroys the socket rather than ending it (`disconnect()` alone sends its FIN
    * after what is queued, so a withdrawal sent next on another connection could
@@ -235,27 +246,50 @@ function ioNode(redis: IoRedis): string {
   return `${word(redis.options["host"])}:${word(redis.options["port"])}`;
 }
 
+/** The integers of a guarded write's reply as the user's ioredis client reads them. */
+function userNumbers(options: Record<string, unknown> | undefined): { stringNumbers: boolean } {
+  return { stringNumbers: options?.["stringNumbers"] === true };
+}
+
 class IoRedisDriver implements Driver {
   readonly name = "ioredis";
   readonly cluster = false;
   private shared: Promise<Connection> | undefined;
+  private guard: Promise<Connection> | undefined;
   constructor(private readonly client: IoRedis) {}
 
   command(): Promise<Connection> {
     if (this.shared === undefined) {
-      const redis = this.client.duplicate({
-        ...IOREDIS_OWN,
-        commandTimeout: undefined,
-        blockingTimeout: undefined,
-        enableAutoPipelining: false,
-      });
-      const made = ioConnect(redis, ioNode(this.client));
+      const made = this.made({});
       this.shared = made;
       made.catch(() => {
         if (this.shared === made) this.shared = undefined;
       });
     }
     return this.shared;
+  }
+
+  guarded(): Promise<Connection> {
+    if (this.guard === undefined) {
+      const made = this.made(userNumbers(this.client.options));
+      this.guard = made;
+      made.catch(() => {
+        if (this.guard === made) this.guard = undefined;
+      });
+    }
+    return this.guard;
+  }
+
+  /** A connection of the lock's own, shared by its calls. */
+  private made(override: Record<string, unknown>): Promise<Connection> {
+    const redis = this.client.duplicate({
+      ...IOREDIS_OWN,
+      commandTimeout: undefined,
+      blockingTimeout: undefined,
+      enableAutoPipelining: false,
+      ...override,
+    });
+    return ioConnect(redis, ioNode(this.client));
   }
 
   dedicated(): Promise<Connection> {
@@ -271,9 +305,9 @@ class IoRedisDriver implements Driver {
   }
 
   close(): void {
-    const shared = this.shared;
+    for (const shared of [this.shared, this.guard]) void shared?.then((c) => c.close(), () => undefined);
     this.shared = undefined;
-    void shared?.then((c) => c.close(), () => undefined);
+    this.guard = undefined;
   }
 }
 
@@ -316,24 +350,33 @@ class IoClusterDriver implements Driver {
   }
 
   command(): Promise<Connection> {
-    return Promise.resolve(new IoClusterCommands(this));
+    return Promise.resolve(new IoClusterCommands(this, false));
   }
 
-  async connectionFor(key: string | undefined): Promise<Connection> {
+  guarded(): Promise<Connection> {
+    return Promise.resolve(new IoClusterCommands(this, true));
+  }
+
+  /** The connection of the lock's own to the master of `key`'s slot: the command
+   * connection's, or (`guard`) the guard connection's, which reads integers as the
+   * user's client does. */
+  async connectionFor(key: string | undefined, guard: boolean): Promise<Connection> {
     const { node } = await this.nodeOf(key);
     const address = ioNode(node);
-    let connection = this.nodes.get(address);
+    const name = guard ? `guard ${address}` : address;
+    let connection = this.nodes.get(name);
     if (connection === undefined) {
-      connection = ioConnect(node.duplicate({ ...IOREDIS_OWN }), address);
-      this.nodes.set(address, connection);
+      const numbers = guard ? userNumbers(node.options) : {};
+      connection = ioConnect(node.duplicate({ ...IOREDIS_OWN, ...numbers }), address);
+      this.nodes.set(name, connection);
     }
     const made = await connection.catch((error: unknown) => {
-      this.nodes.delete(address);
+      this.nodes.delete(name);
       throw error;
     });
     if (made.closed) {
-      this.nodes.delete(address);
-      return this.connectionFor(key);
+      this.nodes.delete(name);
+      return this.connectionFor(key, guard);
     }
     return made;
   }
@@ -372,20 +415,24 @@ class IoClusterDriver implements Driver {
   }
 }
 
-/** The command connection of an ioredis Cluster: each call on its node's connection,
- * again once after a redirect (a slot moved: the slot map is read anew). */
+/** The command (or guard) connection of an ioredis Cluster: each call on its node's
+ * connection, again once after a redirect (a slot moved: the slot map is read anew;
+ * the call did not run). */
 class IoClusterCommands implements Connection {
   readonly closed = false;
   readonly node = "cluster";
-  constructor(private readonly driver: IoClusterDriver) {}
-  async send(args: readonly string[], key?: string): Promise<unknown> {
-    const connection = await this.driver.connectionFor(key);
+  constructor(
+    private readonly driver: IoClusterDriver,
+    private readonly guard: boolean,
+  ) {}
+  async send(args: readonly Arg[], key?: string): Promise<unknown> {
+    const connection = await this.driver.connectionFor(key, this.guard);
     try {
       return await connection.send(args);
     } catch (error) {
       if (!isRedirect(error)) throw error;
       await this.driver.refresh();
-      return (await this.driver.connectionFor(key)).send(args);
+      return (await this.driver.connectionFor(key, this.guard)).send(args);
     }
   }
   close(): void {}
@@ -407,8 +454,9 @@ class NodeConnection implements Connection {
       this.closed = true;
     });
   }
-  send(args: readonly string[]): Promise<unknown> {
-    return this.refs.around(() => this.client.sendCommand(args, NODE_REDIS_OPTIONS));
+  /** `native`: the reply read with the client's own type mapping (a guarded write's). */
+  send(args: readonly Arg[], _key?: string, native = false): Promise<unknown> {
+    return this.refs.around(() => this.client.sendCommand(args, native ? undefined : NODE_REDIS_OPTIONS));
   }
   close(): void {
     this.closed = true;
@@ -416,6 +464,23 @@ class NodeConnection implements Connection {
   }
   idle(): void {
     this.refs.idle();
+  }
+}
+
+/** A node-redis connection whose replies are read with the client's own type mapping. */
+class NativeReplies implements Connection {
+  constructor(private readonly connection: NodeConnection) {}
+  get closed(): boolean {
+    return this.connection.closed;
+  }
+  get node(): string {
+    return this.connection.node;
+  }
+  send(args: readonly Arg[]): Promise<unknown> {
+    return this.connection.send(args, undefined, true);
+  }
+  close(): void {
+    this.connection.close();
   }
 }
 
@@ -428,7 +493,7 @@ function closeNodeRedis(client: NodeRedis | NodeCluster): void {
   }
 }
 
-async function nodeConnect(client: NodeRedis, node: string): Promise<Connection> {
+async function nodeConnect(client: NodeRedis, node: string): Promise<NodeConnection> {
   ignoreErrors(client);
   const connection = new NodeConnection(client, node);
   try {
@@ -459,10 +524,18 @@ function nodeDedicated(client: NodeRedis): Record<string, unknown> {
 class NodeRedisDriver implements Driver {
   readonly name = "node-redis";
   readonly cluster = false;
-  private shared: Promise<Connection> | undefined;
+  private shared: Promise<NodeConnection> | undefined;
   constructor(private readonly client: NodeRedis) {}
 
   command(): Promise<Connection> {
+    return this.commandConnection();
+  }
+
+  async guarded(): Promise<Connection> {
+    return new NativeReplies(await this.commandConnection());
+  }
+
+  private commandConnection(): Promise<NodeConnection> {
     if (this.shared === undefined) {
       const made = nodeConnect(this.client.duplicate({ keyPrefix: undefined }), nodeRedisNode(this.client));
       this.shared = made;
@@ -517,6 +590,16 @@ class NodeClusterDriver implements Driver {
       closed: false,
       node: "cluster",
       send: (args, key) => cluster.sendCommand(key, false, args, NODE_REDIS_OPTIONS),
+      close: () => undefined,
+    };
+  }
+
+  async guarded(): Promise<Connection> {
+    const cluster = await this.routed();
+    return {
+      closed: false,
+      node: "cluster",
+      send: (args, key) => cluster.sendCommand(key, false, args),
       close: () => undefined,
     };
   }

@@ -16,13 +16,18 @@ export type LossReason =
   | "refused"
   /** No renewal was acknowledged before the lease's local deadline. */
   | "expired"
+  /** A write fenced with its token was refused ({@link FencedError}, in `cause`):
+   * the server no longer holds the lock with that token (`lock.guard`), or a holder
+   * with a greater token has written to the fenced resource (`lock.fencePostgres`). */
+  | "fenced"
   /** The holder released it (or its `using` routine ended). */
   | "released";
 
 /**
  * The reason of an aborted `lock.signal`: the lock is lost, or soon may be, so the
- * work under it must stop. `why` says how the client found out; `lastError` is the
- * last renewal's failure, when one failed.
+ * work under it must stop. `why` says how the client found out; `lastError` (and the
+ * standard `cause`) is the last renewal's failure, when one failed, or the
+ * {@link FencedError} of a refused fenced write.
  */
 export class LockLostError extends LockError {
   override name = "LockLostError";
@@ -37,7 +42,7 @@ export class LockLostError extends LockError {
     // holder's code, and a release makes one every time (the signal's reason).
     const limit = Error.stackTraceLimit;
     Error.stackTraceLimit = 0;
-    super(lossText(key, why, lastError));
+    super(lossText(key, why, lastError), lastError === undefined ? undefined : { cause: lastError });
     Error.stackTraceLimit = limit;
   }
 }
@@ -48,6 +53,10 @@ function lossText(key: string, why: LossReason, lastError: unknown): string {
       return `lock ${key} lost: a renewal was answered 0, the server no longer holds it for this owner`;
     case "released":
       return `lock ${key} was released`;
+    case "fenced": {
+      const refusal = lastError instanceof FencedError ? lastError.refusal : describe(lastError);
+      return `lock ${key} lost: a write fenced with its token was refused: ${refusal}`;
+    }
     case "expired": {
       const last = lastError === undefined ? "" : `; the last renewal failed: ${describe(lastError)}`;
       return `lock ${key} lost: no renewal was acknowledged before the lease's deadline${last}`;
@@ -84,14 +93,16 @@ export class WaitUnansweredError extends LockError {
   }
 }
 
-/** A command got no answer within the client's bound for it. */
+/** A command got no answer within the client's bound for it (`note` says what that
+ * means for it, where it matters: a guarded write may have run). */
 export class CommandTimeoutError extends LockError {
   override name = "CommandTimeoutError";
   constructor(
     readonly command: string,
     readonly limitMs: number,
+    note?: string,
   ) {
-    super(`${command}: no reply within ${Math.round(limitMs)} ms`);
+    super(`${command}: no reply within ${Math.round(limitMs)} ms${note === undefined ? "" : `: ${note}`}`);
   }
 }
 
@@ -105,18 +116,64 @@ export class NoBackendError extends LockError {
   }
 }
 
-/** The server's `redislock` library has a version this client does not speak. */
+/**
+ * The server's `redislock` library has a version this client does not speak, or
+ * lacks a call this client makes (`lacks`: `lock_guard`, in a library of version 3
+ * loaded before that call came).
+ */
 export class LibraryVersionError extends LockError {
   override name = "LibraryVersionError";
   constructor(
     readonly found: number,
     readonly min: number,
     readonly max: number,
+    readonly lacks?: string,
   ) {
     super(
-      `the server's redislock library is version ${found}; this client speaks versions ${min} to ${max}: load the library this client carries (locks.loadLibrary()) or upgrade the client`,
+      lacks === undefined
+        ? `the server's redislock library is version ${found}; this client speaks versions ${min} to ${max}: load the library this client carries (locks.loadLibrary()) or upgrade the client`
+        : `the server's redislock library (version ${found}) has no ${lacks}: it was loaded before ${lacks} existed; load the library of this release (locks.loadLibrary(), or redis-lock functions load)`,
     );
   }
+}
+
+/**
+ * A write fenced with a lock's token was refused, and nothing was written. In Redis
+ * (`lock.guard`): the server no longer holds the lock with that token (it lapsed, was
+ * released or deleted, or another holder has it); `cause` is the server's `FENCED`
+ * reply. In PostgreSQL (`lock.fencePostgres`, `fencePostgres`): a holder with a
+ * greater token has written to the resource; roll the transaction back. Either way a
+ * newer holder may exist: stop the work. A {@link Lock} whose write was fenced is
+ * lost at once (its signal aborted with a {@link LockLostError} whose `why` is
+ * `"fenced"`).
+ */
+export class FencedError extends LockError {
+  override name = "FencedError";
+  constructor(
+    /** The lock's key (Redis) or the fenced resource (PostgreSQL). */
+    readonly key: string,
+    /** The token that was refused. */
+    readonly token: bigint,
+    /** Where the write was refused. */
+    readonly store: "redis" | "postgresql",
+    cause?: unknown,
+  ) {
+    const refusal =
+      store === "redis"
+        ? describe(cause)
+        : `the PostgreSQL fence of ${JSON.stringify(key)} refused token ${token}: a holder with a greater token has written to it`;
+    super(
+      store === "redis"
+        ? `lock ${key}: the guarded write was refused and did not run (${refusal}): the lock is lost, a newer holder may have it; stop the work`
+        : `${refusal}; roll the transaction back and stop the work`,
+      cause === undefined ? undefined : { cause },
+    );
+    this.refusal = refusal;
+  }
+
+  /** Why, in a few words: the server's `FENCED …` reply, or what the PostgreSQL
+   * fence said. */
+  readonly refusal: string;
 }
 
 /** A reply that is not what the protocol says, or an integer past 2^53 that the

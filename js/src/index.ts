@@ -6,10 +6,14 @@
 export { Locks, LockBusyError, newOwner } from "./locks.js";
 export type { AcquireOptions, LocksEvents, LocksOptions, Logger } from "./locks.js";
 export { Lock } from "./lock.js";
+export type { GuardArg } from "./guard.js";
+export { FENCE_SQL, FENCE_TABLE_SQL, createPostgresFenceTable, fencePostgres } from "./postgres.js";
+export type { PostgresClient } from "./postgres.js";
 export type { LockInfo } from "./calls.js";
 export { LIBRARY_SCRIPT, LIBRARY_SOURCE, SCRIPT_SHA } from "./calls.js";
 export {
   CommandTimeoutError,
+  FencedError,
   LibraryVersionError,
   LockError,
   LockLostError,

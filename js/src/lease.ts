@@ -252,6 +252,14 @@ export class Lease {
     if (this.ended === undefined) this.update();
   }
 
+  /** Ends the lease for `why`, with `error` as the reason's cause, unless it ended
+   * already (a fenced write refused after a release or a lapse changes nothing). */
+  endWith(why: LossReason, error: unknown): void {
+    if (this.ended !== undefined) return;
+    this.lastError = error;
+    this.end(why);
+  }
+
   /** Ends the lease: the first reason given stays. */
   end(why: LossReason): void {
     if (this.ended !== undefined) return;

@@ -11,17 +11,24 @@
  * does not depend on renewal: the lease's timer aborts it at the local deadline
  * whatever the renewals are doing, and each accessor reads the clock.
  */
-import { call, isFunctionMissing, isServerError } from "./calls.js";
+import { bounded, call, isFunctionMissing, isServerError } from "./calls.js";
 import type { Connection } from "./connection.js";
-import { CommandTimeoutError, LockLostError, type LossReason } from "./errors.js";
+import { CommandTimeoutError, FencedError, LibraryVersionError, LockLostError, type LossReason } from "./errors.js";
+import { type GuardArg, type GuardRequest, guardError, guardRequest, lacksGuard, sendGuard } from "./guard.js";
 import { Lease, now, type Write } from "./lease.js";
+import { type PostgresClient, fencePostgres } from "./postgres.js";
 import {
   type Backend,
+  CONTROL_LIMIT_MS,
+  LIBRARY_VERSION,
+  MIN_LIBRARY_VERSION,
   type Millis,
   type Mode,
   RELEASE_LIMIT_MS,
   type Span,
+  command,
   flag,
+  integer,
   leaseTtl,
   period,
   retryDelay,
@@ -32,6 +39,8 @@ import { type Timer, later } from "./timers.js";
 /** What a lock needs from the `Locks` that made it. */
 export interface Holder {
   command(): Promise<Connection>;
+  /** The connection of guarded writes (replies as the user's client reads them). */
+  guarded(): Promise<Connection>;
   dedicated(key: string): Promise<Connection>;
   /** The library is gone (a restart that lost it): detect the backend anew. */
   forgetBackend(): void;
@@ -171,6 +180,85 @@ export class Lock implements AsyncDisposable {
     return this.extendOn(connection, asked, RELEASE_LIMIT_MS);
   }
 
+  /**
+   * Runs `command` with `args` on the lock's server only while this lock's token
+   * holds it: the server checks the token and runs the command in one step
+   * (`LOCK.GUARD` on the module, `lock_guard` on the library), so no lapse, release
+   * or grant to another holder comes between the check and the write. Resolves the
+   * command's reply as your Redis client gives a raw command's (ioredis' `call`,
+   * node-redis' `sendCommand`, with its own reading of integers); rejects with the
+   * command's own error reply.
+   *
+   * `keys` are every key the command touches. The library declares them to the
+   * server (Cluster routing, ACL key patterns) and refuses a command that touches a
+   * key not declared; the module finds them itself, but name them on every backend,
+   * so the code runs on each. In a Cluster they share the lock key's hash slot: hash
+   * tags, `{job:1}` for the lock and `{job:1}:out` for the data.
+   *
+   * ```ts
+   * await lock.guard(["{job:1}:out"], "SET", "{job:1}:out", result);
+   * ```
+   *
+   * When the server does not hold the lock with this token (it lapsed, was released
+   * or deleted, another holder has it), nothing runs: a {@link FencedError}, and the
+   * lock is lost at once (`lock.signal` aborted, its reason a {@link LockLostError}
+   * whose `why` is `"fenced"`). A lock the client knows is lost or released is
+   * refused before anything is sent, with its {@link LockLostError}. Sent once,
+   * within {@link CONTROL_LIMIT_MS}: a reply lost to a broken connection or a
+   * timeout is not asked for again, as the command may have run. A library loaded
+   * before `lock_guard` existed is a {@link LibraryVersionError} whose `lacks` is
+   * `"lock_guard"`.
+   */
+  async guard(keys: readonly (string | Buffer)[], command: string, ...args: GuardArg[]): Promise<unknown> {
+    const request = guardRequest(keys, command, args);
+    this.check();
+    const connection = await this.holder.guarded();
+    const backend = this.backend;
+    try {
+      return await this.sendGuard(connection, request);
+    } catch (error) {
+      const thrown = guardError(error, backend, this.key, this.token);
+      if (thrown instanceof FencedError) this.lease.endWith("fenced", thrown);
+      throw thrown;
+    }
+  }
+
+  /**
+   * Fences the PostgreSQL transaction `client` is in for `resource` (by default the
+   * lock's key) with this lock's token: run it first in the transaction, before the
+   * writes it fences. Rejects with a {@link FencedError} when a holder with a greater
+   * token has written to `resource` (roll the transaction back): the lock is then
+   * lost at once, as for {@link guard}. `client`: anything with node-postgres'
+   * `query(text, values)`, a `pg.Client` or the `PoolClient` of the transaction.
+   *
+   * ```ts
+   * await client.query("BEGIN");
+   * await lock.fencePostgres(client);            // FencedError: roll back
+   * await client.query("UPDATE reports SET body = $1 WHERE day = $2", [body, day]);
+   * await client.query("COMMIT");
+   * ```
+   *
+   * Only an exclusive holding's token fences (the tokens of read locks and
+   * semaphore permits do not order writers): a shared lock is a TypeError. A lock
+   * the client knows is lost or released is refused with its {@link LockLostError},
+   * before anything is sent. The fence table is made once by
+   * `createPostgresFenceTable(client)`.
+   */
+  async fencePostgres(client: PostgresClient, resource: string = this.key): Promise<void> {
+    if (this.mode.shared === true) {
+      throw new TypeError(
+        `lock ${this.key} is shared: only an exclusive holding's token fences (the tokens of read locks and permits, held side by side, do not order writers)`,
+      );
+    }
+    this.check();
+    try {
+      await fencePostgres(client, resource, this.token);
+    } catch (error) {
+      if (error instanceof FencedError) this.lease.endWith("fenced", error);
+      throw error;
+    }
+  }
+
   /** Releases the lock unless released already: `await using lock = await
    * locks.acquire(…)` (Node 20.4+ has the symbol). */
   declare [Symbol.asyncDispose]: () => Promise<void>;
@@ -179,6 +267,28 @@ export class Lock implements AsyncDisposable {
   async dispose(): Promise<void> {
     if (this.lease.ended !== "released") {
       await this.release().catch(() => false);
+    }
+  }
+
+  /** Sends a guarded write on this lock's backend. A library that answers "not
+   * found" for `lock_guard` either lacks it (loaded before it came: asked for its
+   * version, a LibraryVersionError) or is gone (a restart without it: the scripts
+   * path, which this client carries, answers instead). */
+  private async sendGuard(connection: Connection, request: GuardRequest): Promise<unknown> {
+    const backend = this.backend;
+    try {
+      return await sendGuard(connection, backend, this.key, this.token, request, CONTROL_LIMIT_MS);
+    } catch (error) {
+      if (backend === "module" || !(isFunctionMissing(error) || lacksGuard(error))) throw error;
+      const version = await bounded(connection, command(backend, "lock_version", undefined), this.key, CONTROL_LIMIT_MS).then(
+        (reply) => Number(integer(reply, "lock_version")),
+        () => undefined,
+      );
+      if (version !== undefined) throw new LibraryVersionError(version, MIN_LIBRARY_VERSION, LIBRARY_VERSION, "lock_guard");
+      if (backend !== "functions") throw error;
+      this.holder.forgetBackend();
+      this.backend = "scripts";
+      return sendGuard(connection, "scripts", this.key, this.token, request, CONTROL_LIMIT_MS);
     }
   }
 

@@ -164,6 +164,7 @@ export class Locks extends EventEmitter<LocksEvents> {
     };
     this.holder = {
       command: () => this.driver.command(),
+      guarded: () => this.driver.guarded(),
       dedicated: (key) => this.driver.dedicated(key),
       forgetBackend: () => {
         this.detected = undefined;

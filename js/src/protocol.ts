@@ -13,6 +13,7 @@ import {
   MIN_LIBRARY_VERSION,
   SCRIPT_SHA,
 } from "./generated.js";
+import type { Arg } from "./connection.js";
 import { LibraryVersionError, UnexpectedReplyError } from "./errors.js";
 
 export {
@@ -195,6 +196,30 @@ export function command(
     }
     case "scripts":
       return ["EVALSHA", SCRIPT_SHA, String(keys.length), ...keys, call, ...args];
+  }
+}
+
+/**
+ * The command of a guarded write of `words` (the caller's command and its arguments)
+ * under the lock at `key` with `token`: `LOCK.GUARD key token command…` on the
+ * module, which finds the command's keys itself; else the library's `lock_guard`
+ * with the lock key and `dataKeys` declared, by FCALL or EVALSHA (whose first
+ * argument after the keys names the call).
+ */
+export function guardCommand(
+  backend: Backend,
+  key: string,
+  dataKeys: readonly Arg[],
+  token: bigint,
+  words: readonly Arg[],
+): Arg[] {
+  switch (backend) {
+    case "module":
+      return ["LOCK.GUARD", key, token.toString(), ...words];
+    case "functions":
+      return ["FCALL", "lock_guard", String(1 + dataKeys.length), key, ...dataKeys, token.toString(), ...words];
+    case "scripts":
+      return ["EVALSHA", SCRIPT_SHA, String(1 + dataKeys.length), key, ...dataKeys, "lock_guard", token.toString(), ...words];
   }
 }
 

@@ -2,10 +2,11 @@
  * Real servers for the tests: redis-server on free loopback ports, each in a
  * directory of its own, with the module (REDIS_LOCK_MODULE, else the debug build
  * ../target/debug/libredis_lock.so that `make test` builds), or plain with the
- * library loaded; a 3-master Cluster; a black-hole proxy; and the four Redis
- * clients the package supports (ioredis 6 and 5, node-redis 6 and 4).
+ * library loaded; a 3-master Cluster; a black-hole proxy; a PostgreSQL of the
+ * tests' own (tests/postgres/start); and the four Redis clients the package
+ * supports (ioredis 6 and 5, node-redis 6 and 4).
  */
-import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { type ChildProcess, execFile, execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer, type Server as NetServer, type Socket, connect } from "node:net";
 import { tmpdir } from "node:os";
@@ -400,6 +401,48 @@ export async function clusterClient(name: ClientName, ports: number[]): Promise<
       return { name, redis, close: async () => void (await redis.quit().catch(() => redis.disconnect())) };
     }
   }
+}
+
+/**
+ * A PostgreSQL server of the tests' own: tests/postgres/start in a directory of its
+ * own (initdb and pg_ctl as an unprivileged user, a free port), stopped and removed
+ * by {@link Postgres.stop}. {@link Postgres.start} resolves the reason instead when
+ * the machine has no PostgreSQL (`make deps` installs it), so that a suite can skip,
+ * saying so; any other failure to start is an error.
+ */
+export class Postgres {
+  private constructor(
+    readonly url: string,
+    private readonly dir: string,
+  ) {}
+
+  static async start(): Promise<Postgres | { missing: string }> {
+    const dir = join(mkdtempSync(join(tmpdir(), "redis-lock-js-pg-")), "postgres");
+    try {
+      const url = await run(join(ROOT, "tests/postgres/start"), [dir], 120_000);
+      return new Postgres(url.trim(), dir);
+    } catch (error) {
+      const stderr = (error as { stderr?: string }).stderr ?? "";
+      rmSync(dirname(dir), { recursive: true, force: true });
+      if (stderr.includes("no PostgreSQL server found")) return { missing: stderr.trim() };
+      throw new Error(`tests/postgres/start failed: ${stderr || String(error)}`);
+    }
+  }
+
+  async stop(): Promise<void> {
+    await run(join(ROOT, "tests/postgres/stop"), [this.dir], 60_000).catch(() => "");
+    rmSync(dirname(this.dir), { recursive: true, force: true });
+  }
+}
+
+/** Runs `file`: its stdout, or its error with `stderr` beside it. */
+function run(file: string, args: string[], timeout: number): Promise<string> {
+  return new Promise((ok, fail) => {
+    execFile(file, args, { timeout }, (error, stdout, stderr) => {
+      if (error === null) ok(stdout);
+      else fail(Object.assign(new Error(error.message), { stderr }));
+    });
+  });
 }
 
 /** Resolves once `condition` holds, checking every 10 ms; throws after `limitMs`. */

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 
-import { LockLostError } from "../src/errors.js";
+import { LockLostError, type LossReason } from "../src/errors.js";
 import { Lease, Writes, now } from "../src/lease.js";
 import { checkOwner, margin, span } from "../src/protocol.js";
 import { MAX_TIMER_MS, later } from "../src/timers.js";
@@ -95,7 +95,7 @@ describe("the lease rule", () => {
 });
 
 describe("the lease", () => {
-  const loss = (why: "refused" | "expired" | "released"): LockLostError => new LockLostError("k", "o", 1n, why);
+  const loss = (why: LossReason): LockLostError => new LockLostError("k", "o", 1n, why);
 
   it("reads the clock in its signal and its lost flag, whatever ran first", async () => {
     const ended: string[] = [];

@@ -7,7 +7,11 @@ import { createRequire } from "node:module";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 
-import { checkVersion, command, integer, modeArgs, ttlArg, blpopSeconds } from "../src/protocol.js";
+import type { Connection } from "../src/connection.js";
+import { guardError, sameSlotExample } from "../src/guard.js";
+import { now } from "../src/lease.js";
+import { type Holder, Lock } from "../src/lock.js";
+import { checkVersion, command, guardCommand, integer, modeArgs, span, ttlArg, blpopSeconds } from "../src/protocol.js";
 import * as esm from "../src/index.js";
 import { LibraryVersionError, UnexpectedReplyError } from "../src/index.js";
 import { LIBRARY_FILE, ROOT } from "./helpers.js";
@@ -88,6 +92,81 @@ describe("the wire", () => {
     assert.equal(esm.margin(30_000), 3000);
     assert.equal(esm.margin(200), 50);
     assert.equal(esm.margin(20), 20);
+  });
+});
+
+describe("guarded writes, without a server", () => {
+  it("sends LOCK.GUARD on the module, lock_guard with the data keys declared on the library", () => {
+    const words = ["SET", "{j}:out", Buffer.from("v")];
+    assert.deepEqual(guardCommand("module", "{j}", ["{j}:out"], 17n, words), ["LOCK.GUARD", "{j}", "17", ...words]);
+    assert.deepEqual(guardCommand("functions", "{j}", ["{j}:out", "{j}:n"], 17n, words), [
+      "FCALL", "lock_guard", "3", "{j}", "{j}:out", "{j}:n", "17", ...words,
+    ]);
+    assert.deepEqual(guardCommand("scripts", "{j}", [], 2n ** 62n, words), [
+      "EVALSHA", esm.SCRIPT_SHA, "1", "{j}", "lock_guard", String(2n ** 62n), ...words,
+    ]);
+  });
+
+  it("names the server's refusals", () => {
+    const reply = (message: string): Error => Object.assign(new Error(message), { name: "ReplyError" });
+    const fenced = guardError(reply("FENCED token 17 does not hold {j}: the lock is free"), "module", "{j}", 17n);
+    assert.ok(fenced instanceof esm.FencedError && fenced.token === 17n && fenced.key === "{j}");
+    assert.equal(fenced.refusal, "FENCED token 17 does not hold {j}: the lock is free");
+    const noGuard = guardError(reply("ERR unknown command 'LOCK.GUARD', with args beginning with: '{j}'"), "module", "{j}", 1n);
+    assert.ok(noGuard instanceof esm.LockError);
+    assert.match(noGuard.message, /no LOCK.GUARD: load the module of this release/);
+    const cross = guardError(reply("CROSSSLOT Keys in request don't hash to the same slot"), "functions", "jobs:1", 1n);
+    assert.match((cross as Error).message, /^CROSSSLOT .*as in \{jobs:1\}:out beside the lock jobs:1\)$/);
+    const own = reply("ERR value is not an integer or out of range");
+    assert.equal(guardError(own, "module", "{j}", 1n), own);
+    const timeout = guardError(new esm.CommandTimeoutError("LOCK.GUARD", 2000), "module", "{j}", 1n);
+    assert.match((timeout as Error).message, /under lock \{j\} \(LOCK.GUARD\): no reply within 2000 ms: it may have run/);
+    assert.equal(sameSlotExample("{report:daily}:lock"), "{report:daily}:out beside the lock {report:daily}:lock");
+    assert.equal(sameSlotExample("a}b"), "{job:1}:out beside a lock {job:1}");
+  });
+
+  it("names a scripts path without lock_guard, and a module without LOCK.GUARD, keeping the lock", async () => {
+    const sent: string[] = [];
+    const connection: Connection = {
+      closed: false,
+      node: "fake",
+      send: (args) => {
+        const words = args.map(String);
+        sent.push(words.join(" "));
+        if (words.includes("lock_version")) return Promise.resolve("3");
+        if (words[0] === "LOCK.GUARD") return Promise.reject(new Error("ERR unknown command 'LOCK.GUARD', with args beginning with: "));
+        return Promise.reject(new Error("ERR unknown function 'lock_guard': expected lock_acquire, lock_release"));
+      },
+      close: () => undefined,
+    };
+    const holder: Holder = {
+      command: () => Promise.resolve(connection),
+      guarded: () => Promise.resolve(connection),
+      dedicated: () => Promise.resolve(connection),
+      forgetBackend: () => undefined,
+      event: () => undefined,
+    };
+    for (const backend of ["scripts", "module"] as const) {
+      const fields = { key: "{j}", owner: "me", token: 17n, mode: {}, backend, ttl: span(60_000), sent: now() };
+      const lock = new Lock(holder, fields, false);
+      const error = await lock.guard(["{j}:out"], "SET", "{j}:out", "v").catch((e: unknown) => e);
+      if (backend === "scripts") {
+        assert.ok(error instanceof LibraryVersionError, String(error));
+        assert.equal(error.lacks, "lock_guard");
+        assert.match(error.message, /version 3\) has no lock_guard: it was loaded before lock_guard existed; load the library of this release/);
+        assert.match(sent.at(-1) ?? "", /^EVALSHA \w+ 0 lock_version$/);
+      } else {
+        assert.ok(error instanceof esm.LockError && !(error instanceof LibraryVersionError), String(error));
+        assert.match(error.message, /no LOCK.GUARD: load the module of this release/);
+      }
+      assert.equal(lock.lost, false);
+    }
+  });
+
+  it("carries the PostgreSQL fence's statements as fence/postgresql/ has them", () => {
+    for (const [name, sql] of [["table.sql", esm.FENCE_TABLE_SQL], ["fence.sql", esm.FENCE_SQL]] as const) {
+      assert.equal(sql, readFileSync(join(ROOT, "fence/postgresql", name), "utf8").trim(), `${name}: rebuild (npm run build)`);
+    }
   });
 });
 
