@@ -262,10 +262,17 @@ impl Acquire {
             // No automatic retry inside the wait protocol: a driver that silently
             // tries again hides a lapsed place (docs/PROTOCOL.md).
             let timed_out = error.is_timeout();
-            let error = match (timed_out, self.step_bound) {
-                (true, Some(step)) => Error::Connection(step_unanswered(step)),
-                (true, None) => Error::ResponseTimeout(error),
-                (false, _) => Error::from(error),
+            // A timed wait whose step got no reply is a wait unanswered, as the
+            // whole wait's bound would make it (`Wait::unanswered`); one without a
+            // limit has no wait to name, and says which step went unanswered.
+            let error = match (timed_out, self.step_bound, self.request.wait) {
+                (true, Some(_), Wait::For(wait)) => Error::WaitUnanswered {
+                    wait,
+                    margin: WAIT_MARGIN,
+                },
+                (true, Some(step), _) => Error::Connection(step_unanswered(step)),
+                (true, None, _) => Error::ResponseTimeout(error),
+                (false, _, _) => Error::from(error),
             };
             let bound = if timed_out {
                 WITHDRAW_SEND
