@@ -109,16 +109,16 @@ deb:
 
 # --- tests -------------------------------------------------------------------
 # Unit tests need no server; integration tests start their own redis-servers on
-# free loopback ports with the debug build of the module. The Python, Node and Go
-# suites run side by side, each one's output printed whole when it ends: each
-# waits on its servers most of the time (together, builds and linters included,
-# 74 s of CPU over 97 s), and side by side they take 97 s against 235 s one after
-# another.
+# free loopback ports with the debug build of the module. The workspace's test
+# binaries run two at a time (tests/run-parallel), and the library's client suites
+# beside the Python, Node and Go suites, each one's output printed whole when it
+# ends: each waits on its servers most of the time (the three clients' suites,
+# builds and linters included, took 74 s of CPU over 97 s side by side, against
+# 235 s one after another).
 test: deps
 	$(CARGO) build
-	$(CARGO) test --workspace
-	$(MAKE) test-library
-	$(MAKE) -j3 --output-sync=target python-test test-js test-go
+	tests/run-parallel --jobs 2
+	$(MAKE) -j4 --output-sync=target test-library python-test test-js test-go
 	$(MAKE) conformance
 	$(MAKE) test-package NO_BUILD=1
 
