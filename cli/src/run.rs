@@ -188,7 +188,20 @@ async fn supervise<K: Connector>(
                     ));
                 }
             }
-            () = group_done => return exited.unwrap_or(exit::SOFTWARE),
+            () = group_done => {
+                // The lease read now: `run` and the command may both have been
+                // stopped past it (the group's SIGSTOP), and the command's end seen
+                // only once continued. Its last writes may then have come after the
+                // lease, so this is a loss, whichever branch tokio polled first.
+                if lock.is_lost() {
+                    events.say(format_args!(
+                        "lost {} before the command's end was seen",
+                        lock.key()
+                    ));
+                    return i32::from(args.lost_exit);
+                }
+                return exited.unwrap_or(exit::SOFTWARE);
+            }
             () = lost.lost() => {
                 // The group is told first; finding out why may take a round trip.
                 terminate(group);
