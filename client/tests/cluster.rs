@@ -420,3 +420,60 @@ async fn guarded_writes_go_to_the_lock_keys_node_and_other_slots_are_refused() {
         );
     }
 }
+
+/// An election through a cluster connection (module and library): its record lives
+/// in the key's slot, `leader` and an observer read it there, resign hands over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_runs_through_a_cluster_connection() {
+    use redis_lock_client::{Backend, Election, LockClient};
+
+    for (backend, config) in [
+        (Backend::Module, common::Config::default()),
+        (
+            Backend::Functions,
+            common::Config::default().without_module(),
+        ),
+    ] {
+        let cluster = Cluster::start_with(3, config);
+        if backend == Backend::Functions {
+            for node in &cluster.nodes {
+                common::load_library(&mut node.connection());
+            }
+        }
+        let locks =
+            LockClient::new(ClusterClient::new(cluster.urls()).unwrap()).backend(Some(backend));
+        let election = Election::new(locks, "scheduler", TTL).unwrap();
+        assert_eq!(
+            cluster.slot(election.record_key()),
+            cluster.slot("scheduler")
+        );
+        let mut observer = election.observe();
+        let first = election.campaign("a").await.unwrap();
+        let seen = observer.next().await.unwrap();
+        assert_eq!(
+            (seen.term, seen.value),
+            (first.term(), b"a".to_vec()),
+            "{backend}"
+        );
+        let waiting = {
+            let election = election.clone();
+            tokio::spawn(async move { election.campaign("b").await.unwrap() })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiting.is_finished(), "{backend}");
+        first.resign().await.unwrap();
+        let second = waiting.await.unwrap();
+        let seen = observer.next().await.unwrap();
+        assert_eq!(
+            (seen.term, seen.value),
+            (second.term(), b"b".to_vec()),
+            "{backend}"
+        );
+        assert_eq!(
+            election.leader().await.unwrap().map(|l| l.term),
+            Some(second.term())
+        );
+        second.resign().await.unwrap();
+        assert_eq!(election.leader().await.unwrap(), None, "{backend}");
+    }
+}

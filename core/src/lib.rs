@@ -13,6 +13,7 @@ pub mod guard;
 pub mod handoff;
 pub mod hashing;
 pub mod holdings;
+pub mod leader;
 pub mod owner;
 pub mod protocol;
 pub mod queue;
