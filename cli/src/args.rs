@@ -299,6 +299,12 @@ mod tests {
 pub enum Command {
     /// Take the lock at KEY, run COMMAND while holding it, release it when COMMAND exits.
     Run(RunArgs),
+    /// Campaign to lead the election at KEY (in the server's queue) and run COMMAND,
+    /// a daemon, while this process leads; stop its group when leadership is lost,
+    /// before a rival can lead; resign on SIGTERM once it is gone.
+    Elect(ElectArgs),
+    /// Print the leader of the election at KEY: its term and value.
+    Leader(LeaderArgs),
     /// Show who holds the lock at KEY, with TTLs, tokens and waiters.
     Info {
         key: String,
@@ -384,6 +390,55 @@ pub enum Functions {
         #[arg(long, conflicts_with = "print")]
         force: bool,
     },
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "COMMAND gets REDIS_LOCK_KEY, REDIS_LOCK_TERM (its term, which only grows) \
+                  and REDIS_LOCK_TOKEN (the same number), REDIS_LOCK_OWNER, and the \
+                  connection, as under `run`: `redis-lock guard -- SET {svc}:config v` in it \
+                  writes only while it leads. The value is published for `redis-lock leader`."
+)]
+pub struct ElectArgs {
+    /// The leadership's TTL, renewed every third of it: a crashed leader is replaced
+    /// after at most this long; at least 200ms.
+    #[arg(long, default_value = "10s", value_parser = ttl)]
+    pub ttl: Duration,
+    /// What to publish as this leader's value (an address, a name; at most 1 KiB).
+    /// Default: host:pid.
+    #[arg(long)]
+    pub value: Option<String>,
+    /// After leadership is lost (and COMMAND's group is gone), campaign again and run
+    /// COMMAND anew once leading, instead of exiting.
+    #[arg(long)]
+    pub again: bool,
+    /// Exit status when leadership is lost (without --again).
+    #[arg(long, default_value_t = 76)]
+    pub lost_exit: u8,
+    /// After a loss, how long COMMAND's process group has between SIGTERM and SIGKILL.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub kill_after: Duration,
+    /// Resign as soon as COMMAND exits, even if processes it started in its group
+    /// still run.
+    #[arg(long)]
+    pub no_wait_group: bool,
+    /// The election's key (its lock); the value is kept beside it, in its hash slot.
+    pub key: String,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct LeaderArgs {
+    /// The election's key.
+    pub key: String,
+    /// Print each new leader as it takes office, in term order, until stopped.
+    #[arg(long)]
+    pub watch: bool,
+    /// As JSON objects, one per line, for scripts.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

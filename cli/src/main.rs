@@ -9,9 +9,12 @@
 //! redis-lock release report:daily --owner worker-7
 //! redis-lock functions load --url rediss://my-elasticache:6379/   # no module there
 //! redis-lock guard -- SET report:daily:out done   # in a job under `run`
+//! redis-lock elect --value 10.0.0.7:8080 scheduler -- /usr/local/bin/scheduler
+//! redis-lock leader scheduler --watch
 //! ```
 
 mod args;
+mod elect;
 mod events;
 mod exit;
 mod fault;
@@ -19,6 +22,7 @@ mod functions;
 mod group;
 mod guard;
 mod info;
+mod leader;
 mod list;
 mod nodes;
 mod release;
@@ -158,6 +162,8 @@ async fn on<K: Nodes>(locks: LockClient<K>, on: On) -> i32 {
     } = on;
     match command {
         Command::Run(args) => run::run(locks, args, child_env, events).await,
+        Command::Elect(args) => elect::elect(locks, args, child_env, events).await,
+        Command::Leader(args) => leader::leader(locks, args).await,
         Command::Guard(args) => guard::guard(locks, args).await,
         Command::Info { key, json } => info::info(locks, &key, json).await,
         Command::List(args) => list::list(locks, args).await,

@@ -82,16 +82,11 @@ pub async fn run<K: Connector>(
     ));
     let renewer = locks.renewer(&lock);
     group::become_subreaper();
-    let mut child = match spawn(&args.command, &lock, &connection) {
+    let mut child = match spawn(&args.command, &lock, &connection, &[]) {
         Ok(child) => child,
         Err(error) => {
-            let status = if error.kind() == std::io::ErrorKind::NotFound {
-                exit::NOT_FOUND
-            } else {
-                exit::CANNOT_EXECUTE
-            };
-            let program = args.command.first().map_or("", String::as_str);
-            events::line(format_args!("cannot run {program:?}: {error}"));
+            let status = spawn_failure(&error);
+            cannot_run(&args.command, &error);
             renewer.stop();
             release(&locks, &lock, &events).await;
             return status;
@@ -102,12 +97,12 @@ pub async fn run<K: Connector>(
             group.stop_on_panic(args.kill_after);
             let watch = Watch {
                 lock: &lock,
-                args: &args,
+                policy: Policy::of(&args),
                 events: &events,
             };
-            let code = supervise(&mut child, group, &locks, watch, &mut signals).await;
+            let ended = supervise(&mut child, group, &locks, watch, &mut signals).await;
             Group::forget_on_panic();
-            code
+            ended.code(args.lost_exit)
         }
         // The child exited and was reaped before its id was read: no group to watch.
         None => status_code(child.wait().await),
@@ -146,28 +141,69 @@ async fn acquire<K: Connector>(
 }
 
 /// What `supervise` watches over, and where it reports.
-struct Watch<'a> {
-    lock: &'a Lock,
-    args: &'a RunArgs,
-    events: &'a Events,
+pub(crate) struct Watch<'a> {
+    pub(crate) lock: &'a Lock,
+    pub(crate) policy: Policy,
+    pub(crate) events: &'a Events,
+}
+
+/// How the command's end and a loss are handled (`run` and `elect` alike).
+#[derive(Clone, Copy)]
+pub(crate) struct Policy {
+    /// Release as soon as the command exits, whatever its group still runs.
+    pub(crate) no_wait_group: bool,
+    /// Between SIGTERM and SIGKILL to the group after a loss.
+    pub(crate) kill_after: Duration,
+}
+
+impl Policy {
+    fn of(args: &RunArgs) -> Policy {
+        Policy {
+            no_wait_group: args.no_wait_group,
+            kill_after: args.kill_after,
+        }
+    }
+}
+
+/// How the supervision of a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// The command (and its group) is done, with this status; the lock held.
+    Exited(i32),
+    /// The lock was lost; the command's group is gone.
+    Lost,
+}
+
+impl Ended {
+    /// The exit status: the command's, or `lost_exit`.
+    pub(crate) fn code(self, lost_exit: u8) -> i32 {
+        match self {
+            Ended::Exited(code) => code,
+            Ended::Lost => i32::from(lost_exit),
+        }
+    }
 }
 
 /// Watches the command's group until it is done with the lock: the command exited
 /// and (unless --no-wait-group) every process of its group too; or the lock was
 /// lost and the whole group is gone. Passes signals on to the group meanwhile.
-async fn supervise<K: Connector>(
+pub(crate) async fn supervise<K: Connector>(
     child: &mut Child,
     group: Group,
     locks: &LockClient<K>,
     watch: Watch<'_>,
     signals: &mut Signals,
-) -> i32 {
-    let Watch { lock, args, events } = watch;
+) -> Ended {
+    let Watch {
+        lock,
+        policy,
+        events,
+    } = watch;
     let lost = lock.signal();
     let mut exited: Option<i32> = None;
     let mut told_of_survivors = false;
     loop {
-        let (state, wait_group) = (exited, !args.no_wait_group);
+        let (state, wait_group) = (exited, !policy.no_wait_group);
         let group_done = async move {
             match state {
                 Some(_) if wait_group => group.emptied().await,
@@ -179,7 +215,7 @@ async fn supervise<K: Connector>(
             status = child.wait(), if exited.is_none() => {
                 let code = status_code(status);
                 exited = Some(code);
-                if !args.no_wait_group && !group.is_empty() && !told_of_survivors {
+                if !policy.no_wait_group && !group.is_empty() && !told_of_survivors {
                     told_of_survivors = true;
                     events.say(format_args!(
                         "the command exited ({code}) but left processes in its group: \
@@ -198,9 +234,9 @@ async fn supervise<K: Connector>(
                         "lost {} before the command's end was seen",
                         lock.key()
                     ));
-                    return i32::from(args.lost_exit);
+                    return Ended::Lost;
                 }
-                return exited.unwrap_or(exit::SOFTWARE);
+                return Ended::Exited(exited.unwrap_or(exit::SOFTWARE));
             }
             () = lost.lost() => {
                 // The group is told first; finding out why may take a round trip.
@@ -212,8 +248,8 @@ async fn supervise<K: Connector>(
                         lock.key()
                     ));
                 }
-                stop(child, exited.is_some(), group, args.kill_after, events).await;
-                return i32::from(args.lost_exit);
+                stop(child, exited.is_some(), group, policy.kill_after, events).await;
+                return Ended::Lost;
             }
             number = signals.next() => {
                 crate::fault::check("signal", lock.owner());
@@ -224,7 +260,7 @@ async fn supervise<K: Connector>(
                             lock.key()
                         ));
                         kill(child, exited.is_some(), group).await;
-                        return i32::from(args.lost_exit);
+                        return Ended::Lost;
                     }
                     continue;
                 }
@@ -285,10 +321,11 @@ async fn kill(child: &mut Child, exited: bool, group: Group) {
 /// runs under are replaced). Out of the terminal's foreground group, a read of the
 /// terminal would stop it for ever (SIGTTIN) with the lock held: a terminal on
 /// standard input is replaced by `/dev/null`.
-fn spawn(
+pub(crate) fn spawn(
     command: &[String],
     lock: &Lock,
     connection: &[(&'static str, String)],
+    more: &[(&'static str, String)],
 ) -> std::io::Result<Child> {
     let (program, arguments) = command
         .split_first()
@@ -311,12 +348,28 @@ fn spawn(
         .env("REDIS_LOCK_KEY", lock.key())
         .env("REDIS_LOCK_OWNER", lock.owner())
         .env("REDIS_LOCK_TOKEN", lock.token().to_string())
+        .envs(more.iter().map(|(name, value)| (*name, value.as_str())))
         .process_group(0)
         .spawn()
 }
 
+/// The exit status of a command that could not be started (as shells have it).
+pub(crate) fn spawn_failure(error: &std::io::Error) -> i32 {
+    if error.kind() == std::io::ErrorKind::NotFound {
+        exit::NOT_FOUND
+    } else {
+        exit::CANNOT_EXECUTE
+    }
+}
+
+/// Says why `command` could not be started.
+pub(crate) fn cannot_run(command: &[String], error: &std::io::Error) {
+    let program = command.first().map_or("", String::as_str);
+    events::line(format_args!("cannot run {program:?}: {error}"));
+}
+
 /// The child's exit status, or 128+N if signal N killed it.
-fn status_code(status: std::io::Result<ExitStatus>) -> i32 {
+pub(crate) fn status_code(status: std::io::Result<ExitStatus>) -> i32 {
     match status {
         Ok(status) => status
             .code()
@@ -359,7 +412,7 @@ async fn release<K: Connector>(locks: &LockClient<K>, lock: &Lock, events: &Even
 /// terminal's signals) ran on without anyone renewing the lock. SIGTSTP, SIGTTIN and
 /// SIGTTOU (job control) stop the command's group with `run`; the others are passed
 /// on to the group.
-struct Signals {
+pub(crate) struct Signals {
     caught: Vec<(i32, Signal)>,
 }
 
@@ -378,7 +431,7 @@ const PASSED_ON: [i32; 7] = [
 const STOPS: [i32; 3] = [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU];
 
 impl Signals {
-    fn new() -> std::io::Result<Signals> {
+    pub(crate) fn new() -> std::io::Result<Signals> {
         let caught = PASSED_ON
             .iter()
             .chain(STOPS.iter())
@@ -387,7 +440,7 @@ impl Signals {
         Ok(Signals { caught })
     }
 
-    async fn next(&mut self) -> i32 {
+    pub(crate) async fn next(&mut self) -> i32 {
         std::future::poll_fn(|cx| {
             for (number, signal) in &mut self.caught {
                 if signal.poll_recv(cx).is_ready() {
@@ -402,7 +455,7 @@ impl Signals {
 
 /// True for a job-control stop (Ctrl-Z, a read or write of the terminal from the
 /// background).
-fn is_stop(number: i32) -> bool {
+pub(crate) fn is_stop(number: i32) -> bool {
     STOPS.contains(&number)
 }
 
