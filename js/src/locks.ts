@@ -12,6 +12,7 @@ import { LIBRARY_SOURCE, type LockInfo, bounded, call, detect, isFunctionMissing
 import { type Connection, type Driver, driverFor } from "./connection.js";
 import { LockError, type LockLostError, describe } from "./errors.js";
 import { Lock, type Holder } from "./lock.js";
+import { Election } from "./election.js";
 import {
   type Backend,
   BACKENDS,
@@ -257,6 +258,24 @@ export class Locks extends EventEmitter<LocksEvents> {
     } finally {
       await lock.release().catch(() => false);
     }
+  }
+
+  /**
+   * The leader election at `key` ({@link Election}): leaders hold the lock for
+   * `options.ttl` ms between renewals; the term is the holding's fencing token.
+   * A key without a hash tag may not contain `}` (its record shares its slot).
+   */
+  election(key: string, options: { ttl: Millis }): Election {
+    return new Election(
+      {
+        acquire: (lockKey, ttl, signal) => this.acquire(lockKey, signal === undefined ? { ttl } : { ttl, signal }),
+        info: (lockKey) => this.info(lockKey),
+        command: () => this.driver.command(),
+        dedicated: (lockKey) => this.driver.dedicated(lockKey),
+      },
+      key,
+      options.ttl,
+    );
   }
 
   /** Who holds the lock at `key`: `null` when nobody does. */
