@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis_lock_client::{
-    margin, postgres, AsyncRenewer, Backend, Connector, Error, Lock, LockClient, LossCause, Mode,
-    Request, Wait, LIBRARY_VERSION, MIN_LIBRARY_VERSION, WAIT_MARGIN,
+    margin, postgres, AsyncRenewer, Backend, Connector, Election, Error, Leadership, Lock,
+    LockClient, LossCause, Mode, Request, Wait, LIBRARY_VERSION, MIN_LIBRARY_VERSION, WAIT_MARGIN,
 };
 use redis_lock_core::protocol;
 use serde_json::{json, Map, Value};
@@ -44,6 +44,16 @@ struct Held {
     renewer: Option<AsyncRenewer>,
 }
 
+/// A leadership won by `campaign`, whatever the client's connector.
+enum Leading {
+    Single(Leadership<redis::Client>),
+    #[cfg(feature = "cluster")]
+    Cluster(Leadership<redis::cluster::ClusterClient>),
+}
+
+/// Elections are made per request: any TTL serves one that only reads.
+const READ_TTL: Duration = Duration::from_secs(1);
+
 #[derive(Default)]
 struct State {
     client: Option<Client>,
@@ -51,6 +61,8 @@ struct State {
     /// transaction at a time.
     postgres: Option<Arc<tokio::sync::Mutex<tokio_postgres::Client>>>,
     locks: HashMap<String, Held>,
+    /// The leaderships `campaign` won, by lock name (their locks are in `locks`).
+    leading: HashMap<String, Leading>,
     /// Requests in progress that `cancel` may abort.
     waits: HashMap<u64, AbortHandle>,
 }
@@ -81,6 +93,7 @@ fn hello() -> Value {
         "cancel",
         "extend",
         "info",
+        "leader",
         "check",
         "guard",
         "fence_postgres",
@@ -292,6 +305,58 @@ impl Adapter {
                     })).collect::<Vec<_>>(),
                 }))}))
             }
+            "campaign" => self.campaign(&fields).await,
+            "resign" => {
+                let name = text(&fields, "lock")?.to_string();
+                let leading = self.state().leading.remove(&name);
+                let resigned = match leading {
+                    Some(Leading::Single(leadership)) => leadership.resign().await,
+                    #[cfg(feature = "cluster")]
+                    Some(Leading::Cluster(leadership)) => leadership.resign().await,
+                    None => return Err(failure("bad_request", format!("no leadership {name:?}"))),
+                };
+                resigned
+                    .map(|r| json!({"resigned": r}))
+                    .map_err(client_error)
+            }
+            "leader" => {
+                let key = text(&fields, "key")?.to_string();
+                let client = self.client()?;
+                let leader = with_client!(client, locks => {
+                    let election = Election::new((*locks).clone(), &key, READ_TTL).map_err(client_error)?;
+                    election.leader().await
+                });
+                let leader = leader.map_err(client_error)?;
+                Ok(json!({"leader": leader.map(|l| json!({
+                    "term": l.term.to_string(),
+                    "value": String::from_utf8_lossy(&l.value),
+                }))}))
+            }
+            "observe" => {
+                let name = text(&fields, "observer")?.to_string();
+                let key = text(&fields, "key")?.to_string();
+                let client = self.client()?;
+                with_client!(client, locks => {
+                    let election = Election::new((*locks).clone(), &key, READ_TTL).map_err(client_error)?;
+                    let mut observer = election.observe();
+                    observer.start().await.map_err(client_error)?;
+                    tokio::spawn(async move {
+                        loop {
+                            match observer.next().await {
+                                Ok(leader) => write_line(&json!({
+                                    "event": "leader",
+                                    "observer": name,
+                                    "term": leader.term.to_string(),
+                                    "value": String::from_utf8_lossy(&leader.value),
+                                })),
+                                // As a user's loop would: go on from where it was.
+                                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                            }
+                        }
+                    });
+                });
+                Ok(json!({}))
+            }
             "close" => Ok(json!({})),
             other => Err(failure("unsupported", format!("no request {other:?}"))),
         }
@@ -357,6 +422,34 @@ impl Adapter {
         Ok(json!({"written": true}))
     }
 
+    /// Campaigns until this actor leads: its lock is kept under `lock` (for
+    /// `guard`, `check`, `token` and the loss event), its leadership for `resign`.
+    async fn campaign(&self, fields: &Fields) -> Result<Value, Value> {
+        let name = text(fields, "lock")?.to_string();
+        let key = text(fields, "key")?.to_string();
+        let ttl = millis(fields, "ttl_ms")?;
+        let value = text(fields, "value")?.to_string();
+        let client = self.client()?;
+        let (lock, leading) = with_client!(client, locks => {
+            let election = Election::new((*locks).clone(), &key, ttl).map_err(client_error)?;
+            let leadership = election.campaign(&value).await.map_err(client_error)?;
+            (leadership.lock().clone(), Leading::from(leadership))
+        });
+        let reply =
+            json!({"acquired": true, "token": lock.token().to_string(), "owner": lock.owner()});
+        watch(name.clone(), lock.clone());
+        let mut state = self.state();
+        state.locks.insert(
+            name.clone(),
+            Held {
+                lock,
+                renewer: None,
+            },
+        );
+        state.leading.insert(name, leading);
+        Ok(reply)
+    }
+
     async fn acquire(&self, fields: &Fields) -> Result<Value, Value> {
         let name = text(fields, "lock")?.to_string();
         let key = text(fields, "key")?;
@@ -401,6 +494,19 @@ impl Adapter {
             },
         );
         Ok(reply)
+    }
+}
+
+impl From<Leadership<redis::Client>> for Leading {
+    fn from(leadership: Leadership<redis::Client>) -> Leading {
+        Leading::Single(leadership)
+    }
+}
+
+#[cfg(feature = "cluster")]
+impl From<Leadership<redis::cluster::ClusterClient>> for Leading {
+    fn from(leadership: Leadership<redis::cluster::ClusterClient>) -> Leading {
+        Leading::Cluster(leadership)
     }
 }
 
@@ -494,7 +600,7 @@ fn main() {
             }
             let handler = adapter.clone();
             let task = tokio::spawn(async move { handler.handle(&op, fields).await });
-            if request.get("op").and_then(Value::as_str) == Some("acquire") {
+            if matches!(request.get("op").and_then(Value::as_str), Some("acquire" | "campaign")) {
                 adapter.state().waits.insert(id, task.abort_handle());
             }
             let state = adapter.clone();

@@ -398,7 +398,7 @@ impl<K: Connector> Observer<K> {
                 return Ok(leader);
             }
             if self.cursor.is_none() {
-                return match self.start().await {
+                return match self.position().await {
                     Ok(Some(leader)) => Ok(leader),
                     Ok(None) => continue,
                     Err(error) => Err(error),
@@ -411,8 +411,21 @@ impl<K: Connector> Observer<K> {
         }
     }
 
+    /// Positions the observer now, if it was not yet: what [`next`](Self::next) answers
+    /// first is the leader at this moment, or the first to take office after it.
+    /// `next` does this itself; call it to observe from a known point (before a
+    /// campaign that must be seen).
+    pub async fn start(&mut self) -> Result<()> {
+        if self.cursor.is_none() {
+            if let Some(leader) = self.position().await? {
+                self.pending.push_back(leader);
+            }
+        }
+        Ok(())
+    }
+
     /// The current leader and where to read on from.
-    async fn start(&mut self) -> Result<Option<Leader>> {
+    async fn position(&mut self) -> Result<Option<Leader>> {
         let current = self.election.leader().await?;
         let record = self.election.record.clone();
         let con = self.connection().await?;

@@ -31,11 +31,16 @@ import redis.cluster
 import redis.exceptions
 
 from redis_lock_client import (
+    AsyncElection,
+    AsyncLeadership,
     AsyncLock,
     AsyncReadLock,
     AsyncReadWriteLock,
     AsyncSemaphore,
+    Election,
     FencedError,
+    Leader,
+    Leadership,
     LibraryVersionError,
     Lock,
     LockLostError,
@@ -95,6 +100,7 @@ def hello() -> dict[str, Any]:
                 *([] if SYNC else ["cancel"]),
                 "owner",
                 "info",
+                "leader",
                 "check",
                 "guard",
                 "fence_postgres",
@@ -177,6 +183,27 @@ def info_reply(found: dict[str, Any] | None) -> dict[str, Any]:
     return {"info": {"mode": found["mode"], "waiters": found["waiters"], "holders": holders}}
 
 
+def leader_reply(found: Leader | None) -> dict[str, Any]:
+    if found is None:
+        return {"leader": None}
+    return {"leader": {"term": str(found.term), "value": found.value.decode(errors="replace")}}
+
+
+def leader_event(observer: str, found: Leader) -> None:
+    write(
+        {
+            "event": "leader",
+            "observer": observer,
+            "term": str(found.term),
+            "value": found.value.decode(errors="replace"),
+        }
+    )
+
+
+#: Elections made for a request: any TTL serves one that only reads.
+READ_TTL = 1.0
+
+
 #: The fenced write of ``fence_postgres`` after the fence (the harness made the table).
 WRITE_SQL = (
     "INSERT INTO conformance_writes (resource, value) VALUES (%s, %s) "
@@ -204,6 +231,8 @@ class Adapter:
         self.client: redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster | None = None
         self.backend: BackendName = None
         self.locks: dict[str, AsyncHolder] = {}
+        self.leaderships: dict[str, AsyncLeadership] = {}
+        self.observers: set[asyncio.Task[None]] = set()
         self.inspectors: dict[str, AsyncLock] = {}
         self.waits: dict[int, asyncio.Task[dict[str, Any]]] = {}
         self.postgres: str | None = None
@@ -268,6 +297,54 @@ class Adapter:
                 inspector = AsyncLock(self.redis(), key, backend=self.backend)
                 self.inspectors[key] = inspector
             return info_reply(await inspector.info())
+        if op == "campaign":
+            name = field(request, "lock")
+            election = AsyncElection(
+                self.redis(),
+                field(request, "key"),
+                field(request, "ttl_ms") / 1000,
+                backend=self.backend,
+            )
+            leadership = await election.campaign(field(request, "value"), on_lost=lost_event(name))
+            assert leadership is not None  # no timeout: answers when leading
+            self.leaderships[name] = leadership
+            self.locks[name] = leadership._lock
+            return {
+                "acquired": True,
+                "token": str(leadership.term),
+                "owner": leadership._lock.owner,
+            }
+        if op == "resign":
+            name = field(request, "lock")
+            leadership = self.leaderships.pop(name, None)
+            if leadership is None:
+                raise Failure("bad_request", f"no leadership {name!r}")
+            return {"resigned": await leadership.resign()}
+        if op == "leader":
+            election = AsyncElection(
+                self.redis(), field(request, "key"), READ_TTL, backend=self.backend
+            )
+            return leader_reply(await election.leader())
+        if op == "observe":
+            observer_name = field(request, "observer")
+            election = AsyncElection(
+                self.redis(), field(request, "key"), READ_TTL, backend=self.backend
+            )
+            observer = election.observe()
+            await observer.start()
+
+            async def watch() -> None:
+                while True:
+                    try:
+                        found = await observer.__anext__()
+                    except Exception:  # as a user's loop would: on from where it was
+                        await asyncio.sleep(0.1)
+                        continue
+                    leader_event(observer_name, found)
+
+            watching = asyncio.ensure_future(watch())
+            self.observers.add(watching)
+            return {}
         raise Failure("unsupported", f"no request {op!r}")
 
     async def fence_postgres(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -342,7 +419,7 @@ class Adapter:
     async def answer(self, request_id: int, op: str, request: dict[str, Any]) -> None:
         try:
             task = asyncio.ensure_future(self.handle(op, request))
-            if op == "acquire":
+            if op in ("acquire", "campaign"):
                 self.waits[request_id] = task
             try:
                 ok = await task
@@ -361,7 +438,7 @@ class Adapter:
 
 
 def reply_error(request_id: int, op: str, request: dict[str, Any], error: BaseException) -> None:
-    waiting = op == "acquire" and request.get("wait", "none") != "none"
+    waiting = op == "campaign" or (op == "acquire" and request.get("wait", "none") != "none")
     failed = failure_of(error, waiting)
     write({"id": request_id, "error": {"kind": failed.kind, "message": str(failed)}})
 
@@ -373,6 +450,7 @@ class SyncAdapter:
         self.client: redis.Redis | redis.cluster.RedisCluster | None = None
         self.backend: BackendName = None
         self.locks: dict[str, SyncHolder] = {}
+        self.leaderships: dict[str, Leadership] = {}
         self.inspectors: dict[str, Lock] = {}
         self.guard = threading.Lock()
         self.postgres: str | None = None
@@ -436,6 +514,51 @@ class SyncAdapter:
                     inspector = Lock(self.redis(), key, backend=self.backend)
                     self.inspectors[key] = inspector
             return info_reply(inspector.info())
+        if op == "campaign":
+            name = field(request, "lock")
+            election = Election(
+                self.redis(),
+                field(request, "key"),
+                field(request, "ttl_ms") / 1000,
+                backend=self.backend,
+            )
+            leadership = election.campaign(field(request, "value"), on_lost=lost_event(name))
+            assert leadership is not None  # no timeout: answers when leading
+            with self.guard:
+                self.leaderships[name] = leadership
+                self.locks[name] = leadership._lock
+            return {
+                "acquired": True,
+                "token": str(leadership.term),
+                "owner": leadership._lock.owner,
+            }
+        if op == "resign":
+            name = field(request, "lock")
+            with self.guard:
+                leadership = self.leaderships.pop(name, None)
+            if leadership is None:
+                raise Failure("bad_request", f"no leadership {name!r}")
+            return {"resigned": leadership.resign()}
+        if op == "leader":
+            election = Election(self.redis(), field(request, "key"), READ_TTL, backend=self.backend)
+            return leader_reply(election.leader())
+        if op == "observe":
+            observer_name = field(request, "observer")
+            election = Election(self.redis(), field(request, "key"), READ_TTL, backend=self.backend)
+            observer = election.observe()
+            observer.start()
+
+            def watch() -> None:
+                while True:
+                    try:
+                        found = next(observer)
+                    except Exception:  # as a user's loop would: on from where it was
+                        time.sleep(0.1)
+                        continue
+                    leader_event(observer_name, found)
+
+            threading.Thread(target=watch, daemon=True).start()
+            return {}
         raise Failure("unsupported", f"no request {op!r}")
 
     def fence_postgres(self, request: dict[str, Any]) -> dict[str, Any]:

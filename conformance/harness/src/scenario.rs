@@ -126,7 +126,9 @@ fn validate_steps(steps: &[Value]) -> Result<(), String> {
             .ok_or_else(|| format!("a step without op: {step}"))?;
         let needs: &[&str] = match op {
             "open" | "acquire" | "release" | "extend" | "token" | "await_lost" | "cancel"
-            | "info" | "check" | "guard" | "fence_postgres" | "close" => &["actor"],
+            | "info" | "check" | "guard" | "fence_postgres" | "close" | "campaign" | "resign"
+            | "leader" | "observe" => &["actor"],
+            "await_leaders" => &["actor", "observer", "leaders"],
             "data" => &["key"],
             "postgres" => &["resource"],
             "await" => &["request"],
@@ -361,7 +363,9 @@ impl<'a> Run<'a> {
         let op = text(&step, "op")?;
         match op.as_str() {
             "open" | "acquire" | "release" | "extend" | "token" | "await_lost" | "cancel"
-            | "info" | "check" | "guard" | "fence_postgres" | "close" => self.request(&op, &step),
+            | "info" | "check" | "guard" | "fence_postgres" | "close" | "campaign" | "resign"
+            | "leader" | "observe" => self.request(&op, &step),
+            "await_leaders" => self.await_leaders(&step),
             "data" => self.data(&step),
             "postgres" => self.postgres(&step),
             "await" => {
@@ -489,6 +493,10 @@ impl<'a> Run<'a> {
                 }
             }
         }
+        if op == "observe" {
+            // The observer's events name it.
+            fields.insert("observer".into(), Value::String(name.clone()));
+        }
         if op == "open" {
             let via = step.get("via").and_then(Value::as_str) == Some("proxy");
             let mut open = self.env.open_fields(via)?;
@@ -584,6 +592,57 @@ impl<'a> Run<'a> {
             check(expect, &event.value, self, None)
                 .map_err(|e| format!("{kind} event of {lock}: {e} ({})", event.value))?;
         }
+        Ok(())
+    }
+
+    /// An observer's `leader` events: once there are as many as `leaders` names
+    /// requests (campaigns), their terms must be those requests' tokens, in that
+    /// order, each once; and no other comes within `quiet_ms` (default 300) after.
+    fn await_leaders(&mut self, step: &Step) -> Result<(), String> {
+        let actor_name = text(step, "actor")?;
+        let observer = text(step, "observer")?;
+        let names: Vec<String> = step
+            .get("leaders")
+            .and_then(Value::as_array)
+            .ok_or("await_leaders needs leaders: [request names]")?
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect();
+        let mut want = Vec::new();
+        for name in &names {
+            want.push(self.reply_field(name, "token")?);
+        }
+        let within = limit(step, REPLY_LIMIT);
+        let quiet = Duration::from_millis(step.get("quiet_ms").and_then(Value::as_u64).unwrap_or(300));
+        let seen = |actor: &Actor| -> Vec<Value> {
+            actor
+                .events()
+                .into_iter()
+                .map(|e| e.value)
+                .filter(|e| {
+                    e.get("event").and_then(Value::as_str) == Some("leader")
+                        && e.get("observer").and_then(Value::as_str) == Some(observer.as_str())
+                })
+                .collect()
+        };
+        let deadline = Instant::now() + within;
+        let actor = self.actor(&actor_name)?;
+        while seen(actor).len() < want.len() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(quiet);
+        let events = seen(actor);
+        let terms: Vec<String> = events
+            .iter()
+            .map(|e| e.get("term").and_then(Value::as_str).unwrap_or("?").to_string())
+            .collect();
+        if terms != want {
+            return Err(format!(
+                "{observer} saw the terms {terms:?}, expected those of {names:?}: {want:?}"
+            ));
+        }
+        self.note(format!("{observer} saw {} leaders in order", terms.len()));
         Ok(())
     }
 
@@ -1140,6 +1199,16 @@ fn check(expect: &Value, value: &Value, run: &Run<'_>, pid: Option<u32>) -> Resu
                     .unwrap_or("");
                 let pid = pid.ok_or("no adapter pid")?;
                 default_owner(owner, &run.ctx.hostname, pid)?;
+            }
+            "leader_of" => {
+                // The leader the reply names is the one that request campaigned as.
+                let request = want.as_str().ok_or("leader_of names a request")?;
+                let term = run.reply_field(request, "token")?;
+                let leader = fields.and_then(|f| f.get("leader"));
+                let got = leader.and_then(|l| l.get("term")).and_then(Value::as_str);
+                if got != Some(term.as_str()) {
+                    return Err(format!("leader {leader:?}, expected the term of {request} ({term})"));
+                }
             }
             "token" if want.as_str() == Some("present") => {
                 let token = fields.and_then(|f| f.get("token"));

@@ -120,16 +120,23 @@ class AsyncObserver:
     def __aiter__(self) -> AsyncObserver:
         return self
 
+    async def start(self) -> None:
+        """Positions the observer now, if it was not yet: the first leader it gives
+        is the one leading at this moment, or the first to take office after it.
+        Iterating does this itself; call it to observe from a known point."""
+        if self._cursor is None:
+            current = await self._election._leader_on(self._reader)
+            last = await self._run(_election.top(self._election.record_key), CONTROL_LIMIT)
+            cursor = _election.Cursor()
+            cursor.start(current, last)
+            self._cursor = cursor
+            if current is not None:
+                self._pending.append(current)
+
     async def __anext__(self) -> Leader:
         while not self._pending:
             if self._cursor is None:
-                current = await self._election._leader_on(self._reader)
-                last = await self._run(_election.top(self._election.record_key), CONTROL_LIMIT)
-                cursor = _election.Cursor()
-                cursor.start(current, last)
-                self._cursor = cursor
-                if current is not None:
-                    return current
+                await self.start()
                 continue
             leaders = await self._run(
                 self._cursor.read(self._election.record_key), _election.OBSERVE_READ_LIMIT
@@ -176,20 +183,32 @@ class AsyncElection:
         self._backend = backend
         Lock(client, key, ttl, backend=backend)  # checks the client, ttl and backend
 
-    def _reader(self) -> Lock:
-        return Lock(self._client, self.key, self.ttl, raise_on_lost=False, backend=self._backend)
+    def _reader(self, on_lost: Callable[[], Any] | None = None) -> Lock:
+        return Lock(
+            self._client,
+            self.key,
+            self.ttl,
+            on_lost=on_lost,
+            raise_on_lost=False,
+            backend=self._backend,
+        )
 
     async def campaign(
-        self, value: str | bytes, timeout: float | None = None
+        self,
+        value: str | bytes,
+        timeout: float | None = None,
+        *,
+        on_lost: Callable[[], Any] | None = None,
     ) -> AsyncLeadership | None:
         """Waits in the server's FIFO queue (without polling) until this process
         leads, then publishes ``value`` (at most 1 KiB) with the guard. ``None`` if
-        ``timeout`` seconds pass first."""
+        ``timeout`` seconds pass first. ``on_lost`` is called when leadership is lost
+        (as a lock's, from the renewal's thread or task)."""
         raw = _election.check_value(value)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            lock = self._reader()
+            lock = self._reader(on_lost)
             if not await lock.acquire(blocking=True, timeout=left):
                 await lock.aclose()
                 return None

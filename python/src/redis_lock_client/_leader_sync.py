@@ -115,16 +115,23 @@ class Observer:
     def __iter__(self) -> Observer:
         return self
 
+    def start(self) -> None:
+        """Positions the observer now, if it was not yet: the first leader it gives
+        is the one leading at this moment, or the first to take office after it.
+        Iterating does this itself; call it to observe from a known point."""
+        if self._cursor is None:
+            current = self._election._leader_on(self._reader)
+            last = self._run(_election.top(self._election.record_key), CONTROL_LIMIT)
+            cursor = _election.Cursor()
+            cursor.start(current, last)
+            self._cursor = cursor
+            if current is not None:
+                self._pending.append(current)
+
     def __next__(self) -> Leader:
         while not self._pending:
             if self._cursor is None:
-                current = self._election._leader_on(self._reader)
-                last = self._run(_election.top(self._election.record_key), CONTROL_LIMIT)
-                cursor = _election.Cursor()
-                cursor.start(current, last)
-                self._cursor = cursor
-                if current is not None:
-                    return current
+                self.start()
                 continue
             leaders = self._run(
                 self._cursor.read(self._election.record_key), _election.OBSERVE_READ_LIMIT
@@ -171,18 +178,32 @@ class Election:
         self._backend = backend
         Lock(client, key, ttl, backend=backend)  # checks the client, ttl and backend
 
-    def _reader(self) -> Lock:
-        return Lock(self._client, self.key, self.ttl, raise_on_lost=False, backend=self._backend)
+    def _reader(self, on_lost: Callable[[], Any] | None = None) -> Lock:
+        return Lock(
+            self._client,
+            self.key,
+            self.ttl,
+            on_lost=on_lost,
+            raise_on_lost=False,
+            backend=self._backend,
+        )
 
-    def campaign(self, value: str | bytes, timeout: float | None = None) -> Leadership | None:
+    def campaign(
+        self,
+        value: str | bytes,
+        timeout: float | None = None,
+        *,
+        on_lost: Callable[[], Any] | None = None,
+    ) -> Leadership | None:
         """Waits in the server's FIFO queue (without polling) until this process
         leads, then publishes ``value`` (at most 1 KiB) with the guard. ``None`` if
-        ``timeout`` seconds pass first."""
+        ``timeout`` seconds pass first. ``on_lost`` is called when leadership is lost
+        (as a lock's, from the renewal's thread or task)."""
         raw = _election.check_value(value)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            lock = self._reader()
+            lock = self._reader(on_lost)
             if not lock.acquire(blocking=True, timeout=left):
                 lock.close()
                 return None
