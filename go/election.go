@@ -266,19 +266,18 @@ func (e *Election) Leader(ctx context.Context) (*Leader, error) {
 }
 
 // Observe sends every change of leader from now on, in term order, each once: the
-// current leader first, if there is one. It reads the record with a blocking XREAD
-// (one call a second at most while nothing changes), never by polling the lock; a
-// failed read is tried again a second later, from where it was, so none is
-// missed. The channel is closed when ctx ends.
+// current leader first, if there is one. It positions itself before it returns
+// (when the server answers within [ControlLimit]: a leader that takes office after
+// Observe returned is sent). It reads the record with a blocking XREAD (one call a
+// second at most while nothing changes), never by polling the lock; a failed read
+// is tried again a second later, from where it was, so none is missed. The channel
+// is closed when ctx ends.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader)
+	o := &observer{election: e}
+	o.position(ctx)
 	go func() {
 		defer close(out)
-		var (
-			after    string
-			lastTerm int64
-			started  bool
-		)
 		send := func(leader Leader) bool {
 			select {
 			case out <- leader:
@@ -288,58 +287,87 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 			}
 		}
 		for ctx.Err() == nil {
-			if !started {
-				current, err := e.Leader(ctx)
-				var last *streamEntry
-				if err == nil {
-					last, err = e.top(ctx)
-				}
-				if err != nil {
-					e.locker.log.Warn("observing the election failed", "key", e.key, "err", err)
-					sleep(ctx, observeBlock)
-					continue
-				}
-				started = true
-				switch {
-				case current != nil:
-					after, lastTerm = fmt.Sprintf("%d-0", current.Term), current.Term
-					if !send(*current) {
-						return
-					}
-				case last != nil:
-					after = last.id
-				default:
-					after = "0-0"
-				}
-				continue
-			}
-			reply, err := e.raw(ctx, observeBlock+ControlLimit, "XREAD", "COUNT", recordEntries,
-				"BLOCK", observeBlock.Milliseconds(), "STREAMS", e.record, after)
-			if err != nil && !errors.Is(err, redis.Nil) {
-				if ctx.Err() == nil {
-					e.locker.log.Warn("observing the election failed", "key", e.key, "err", err)
-					sleep(ctx, observeBlock)
-				}
-				continue
-			}
-			entries, err := parseStreams(reply)
-			if err != nil {
-				e.locker.log.Warn("observing the election failed", "key", e.key, "err", err)
+			if !o.started && !o.position(ctx) {
 				sleep(ctx, observeBlock)
 				continue
 			}
-			for _, entry := range entries {
-				after = entry.id
-				if kind, term := entryOf(entry.id); kind == "leader" && term > lastTerm {
-					lastTerm = term
-					if !send(Leader{Term: term, Value: entry.fields["value"]}) {
-						return
-					}
+			for len(o.pending) > 0 {
+				leader := o.pending[0]
+				o.pending = o.pending[1:]
+				if !send(leader) {
+					return
 				}
+			}
+			if err := o.read(ctx); err != nil && ctx.Err() == nil {
+				e.locker.log.Warn("observing the election failed", "key", e.key, "err", err)
+				sleep(ctx, observeBlock)
 			}
 		}
 	}()
 	return out
+}
+
+// observer is where an Observe reads on from.
+type observer struct {
+	election *Election
+	started  bool
+	after    string
+	lastTerm int64
+	pending  []Leader
+}
+
+// position reads the current leader and the record's top; false if it failed.
+func (o *observer) position(ctx context.Context) bool {
+	e := o.election
+	current, err := e.Leader(ctx)
+	var last *streamEntry
+	if err == nil {
+		last, err = e.top(ctx)
+	}
+	if err != nil {
+		e.locker.log.Warn("observing the election failed", "key", e.key, "err", err)
+		return false
+	}
+	o.started = true
+	switch {
+	case current != nil:
+		o.after, o.lastTerm = fmt.Sprintf("%d-0", current.Term), current.Term
+		o.pending = append(o.pending, *current)
+	case last != nil:
+		o.after = last.id
+	default:
+		o.after = "0-0"
+	}
+	return true
+}
+
+// read is one blocking read after the cursor; the leaders it finds are pending.
+func (o *observer) read(ctx context.Context) error {
+	e := o.election
+	reply, err := e.raw(ctx, observeBlock+ControlLimit, "XREAD", "COUNT", recordEntries,
+		"BLOCK", observeBlock.Milliseconds(), "STREAMS", e.record, o.after)
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	entries, err := parseStreams(reply)
+	if err != nil {
+		return err
+	}
+	if reply != nil && len(entries) == 0 {
+		// Read again at once it would be, without end.
+		return fmt.Errorf("redislock: an XREAD reply not understood: %T", reply)
+	}
+	for _, entry := range entries {
+		o.after = entry.id
+		if kind, term := entryOf(entry.id); kind == "leader" && term > o.lastTerm {
+			o.lastTerm = term
+			o.pending = append(o.pending, Leader{Term: term, Value: entry.fields["value"]})
+		}
+	}
+	return nil
 }
 
 // RunWhileLeader campaigns with value and runs work while leading: work's context

@@ -15,6 +15,7 @@ import {
   LEASE_MARGIN_PERCENT,
   LIBRARY_VERSION,
   LibraryVersionError,
+  type Leadership,
   type Lock,
   LockLostError,
   Locks,
@@ -47,7 +48,7 @@ write({
     version: "0.1.0",
     capabilities: [
       "module", "functions", "scripts", "force_backend", "cluster", "auth", "owner", "shared", "limit",
-      "wait", "wait_forever", "cancel", "extend", "info", "loss_events", "loss_cause", "check", "guard",
+      "wait", "wait_forever", "cancel", "extend", "info", "leader", "loss_events", "loss_cause", "check", "guard",
       "fence_postgres",
     ],
     constants: {
@@ -78,6 +79,10 @@ let quit: (() => Promise<void>) | undefined;
 /** The adapter's own PostgreSQL (open's `postgres`), for `fence_postgres`. */
 let postgres: import("pg").Pool | undefined;
 const held = new Map<string, Lock>();
+/** The leaderships `campaign` won, by lock name (their locks are in `held`). */
+const leading = new Map<string, Leadership>();
+/** Elections made for a request: any TTL serves one that only reads. */
+const READ_TTL = 1000;
 const waits = new Map<number, { controller: AbortController; done: Promise<unknown> }>();
 
 function field<T>(request: Json, name: string, type: string): T {
@@ -209,6 +214,44 @@ async function acquire(request: Json, id: number): Promise<Json> {
   return { acquired: true, token: granted.token.toString(), owner: granted.owner };
 }
 
+/** Campaigns until this actor leads (cancellable as an acquire); its lock is kept
+ * under `lock` for `guard`, `check` and its loss event, its leadership for `resign`. */
+async function campaign(request: Json, id: number): Promise<Json> {
+  const name = field<string>(request, "lock", "string");
+  const election = client().election(field<string>(request, "key", "string"), {
+    ttl: field<number>(request, "ttl_ms", "number"),
+  });
+  const controller = new AbortController();
+  const campaigning = election.campaign(field<string>(request, "value", "string"), { signal: controller.signal });
+  waits.set(id, { controller, done: campaigning.catch(() => undefined) });
+  let leadership: Leadership;
+  try {
+    leadership = await campaigning;
+  } catch (error) {
+    if (controller.signal.aborted) throw new Refused("cancelled", "the campaign was cancelled");
+    throw error;
+  } finally {
+    waits.delete(id);
+  }
+  const granted = leadership.lock;
+  held.set(name, granted);
+  leading.set(name, leadership);
+  watchLoss(name, granted);
+  return { acquired: true, token: granted.token.toString(), owner: granted.owner };
+}
+
+/** Writes the `lost` event of `lock` when its signal aborts (not for a release). */
+function watchLoss(name: string, granted: Lock): void {
+  const signal = granted.signal;
+  const lost = (): void => {
+    const reason: unknown = signal.reason;
+    if (reason instanceof LockLostError && reason.why === "released") return;
+    write({ event: "lost", lock: name, cause: cause(granted), message: reason instanceof Error ? reason.message : String(reason) });
+  };
+  if (signal.aborted) setImmediate(lost);
+  else signal.addEventListener("abort", lost);
+}
+
 async function awaitLost(request: Json): Promise<Json> {
   const lock = lockOf(request);
   const timeout = field<number>(request, "timeout_ms", "number");
@@ -338,6 +381,30 @@ async function handle(request: Json, id: number): Promise<Json> {
           holders: info.holders.map((h) => ({ owner: h.owner, token: h.token.toString() })),
         },
       };
+    }
+    case "campaign":
+      return campaign(request, id);
+    case "resign": {
+      const name = field<string>(request, "lock", "string");
+      const leadership = leading.get(name);
+      if (leadership === undefined) throw new Refused("bad_request", `no leadership ${name}`);
+      leading.delete(name);
+      return { resigned: await leadership.resign() };
+    }
+    case "leader": {
+      const found = await client().election(field<string>(request, "key", "string"), { ttl: READ_TTL }).leader();
+      return { leader: found === null ? null : { term: found.term.toString(), value: found.value } };
+    }
+    case "observe": {
+      const name = field<string>(request, "observer", "string");
+      const observer = client().election(field<string>(request, "key", "string"), { ttl: READ_TTL }).observe();
+      await observer.start();
+      void (async () => {
+        for await (const found of observer) {
+          write({ event: "leader", observer: name, term: found.term.toString(), value: found.value });
+        }
+      })();
+      return {};
     }
     case "close":
       locks?.close();

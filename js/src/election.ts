@@ -279,55 +279,17 @@ export class Election {
    * Every change of leader from now on, in term order, each once: the current
    * leader first, if there is one. Reads the record with a blocking `XREAD` on a
    * connection of its own (one call a second at most while nothing changes), never
-   * by polling the lock. Ends when `signal` aborts (or the loop is left); a failed
-   * read rejects the iteration's promise.
+   * by polling the lock. Ends when `signal` aborts (or the loop is left); a read
+   * that fails (the server restarts, the network drops) is tried again a second
+   * later from where it was, so none is missed.
    *
    * ```ts
    * for await (const leader of election.observe({ signal })) console.log(leader.term, leader.value);
    * ```
    */
-  async *observe(options: { signal?: AbortSignal } = {}): AsyncGenerator<Leader, void, undefined> {
-    const { signal } = options;
-    const aborted = (): boolean => signal?.aborted === true;
-    const current = await this.leader();
-    const last = await this.top();
-    let after = current !== null ? `${current.term}-0` : (last?.id ?? "0-0");
-    let lastTerm = current?.term ?? 0n;
-    if (current !== null) yield current;
-    let connection: Connection | undefined;
-    try {
-      while (!aborted()) {
-        connection ??= await this.io.dedicated(this.recordKey);
-        const open = connection;
-        const args = ["XREAD", "COUNT", String(RECORD_ENTRIES), "BLOCK", String(OBSERVE_BLOCK_MS), "STREAMS", this.recordKey, after];
-        let reply: unknown;
-        try {
-          reply = await bounded(open, args, this.recordKey, OBSERVE_BLOCK_MS + CONTROL_LIMIT_MS, signal, () => open.close());
-        } catch (error) {
-          open.close();
-          connection = undefined;
-          if (aborted()) return;
-          throw error;
-        }
-        const read = streams(reply);
-        if (reply !== null && read.length === 0) {
-          // A reply read as no entry would read it again at once, without end.
-          throw new UnexpectedReplyError(`an XREAD reply not understood: ${typeof reply}`);
-        }
-        for (const entry of read) {
-          after = entry.id;
-          const { kind, term } = entryOf(entry.id);
-          if (kind === "leader" && term > lastTerm) {
-            lastTerm = term;
-            yield { term, value: entry.fields.get("value") ?? "" };
-          }
-        }
-      }
-    } finally {
-      connection?.close();
-    }
+  observe(options: { signal?: AbortSignal } = {}): LeaderObserver {
+    return new LeaderObserver(this, this.io, options.signal);
   }
-
   /**
    * Campaigns with `value` and runs `routine` while leading: its signal aborts when
    * leadership is lost (before any rival can lead) or `options.signal` aborts. When
@@ -378,3 +340,113 @@ export class Election {
 
 
 
+
+/**
+ * The leaders of an {@link Election}, as {@link Election.observe} gives them: an
+ * async iterator (`for await`), with {@link LeaderObserver.start} to observe from a
+ * known point.
+ */
+export class LeaderObserver implements AsyncIterableIterator<Leader> {
+  private after: string | undefined;
+  private lastTerm = 0n;
+  private readonly pending: Leader[] = [];
+  private connection: Connection | undefined;
+  private done = false;
+
+  /** @internal Made by `Election.observe`. */
+  constructor(
+    private readonly election: Election,
+    private readonly io: ElectionIo,
+    private readonly signal: AbortSignal | undefined,
+  ) {}
+
+  [Symbol.asyncIterator](): LeaderObserver {
+    return this;
+  }
+
+  /** Positions the observer now, if it was not yet: the first leader it gives is
+   * the one leading at this moment, or the first to take office after it.
+   * Iterating does this itself. */
+  async start(): Promise<void> {
+    if (this.after !== undefined) return;
+    const current = await this.election.leader();
+    const last = await this.election.top();
+    if (this.after !== undefined) return;
+    if (current !== null) {
+      this.after = `${current.term}-0`;
+      this.lastTerm = current.term;
+      this.pending.push(current);
+    } else {
+      this.after = last?.id ?? "0-0";
+    }
+  }
+
+  async next(): Promise<IteratorResult<Leader, undefined>> {
+    for (;;) {
+      if (this.stopped()) return this.finish();
+      const leader = this.pending.shift();
+      if (leader !== undefined) return { done: false, value: leader };
+      try {
+        if (this.after === undefined) await this.start();
+        else await this.read(this.after);
+      } catch (error) {
+        this.connection?.close();
+        this.connection = undefined;
+        if (this.stopped()) return this.finish();
+        if (error instanceof UnexpectedReplyError) throw error;
+        await pause(1000, this.signal);
+      }
+    }
+  }
+
+  /** Stops observing and closes its connection. */
+  async return(): Promise<IteratorResult<Leader, undefined>> {
+    return Promise.resolve(this.finish());
+  }
+
+  private stopped(): boolean {
+    return this.done || this.signal?.aborted === true;
+  }
+
+  private finish(): IteratorResult<Leader, undefined> {
+    this.done = true;
+    this.connection?.close();
+    this.connection = undefined;
+    return { done: true, value: undefined };
+  }
+
+  /** One blocking read after `after`: the leaders that took office since. */
+  private async read(after: string): Promise<void> {
+    this.connection ??= await this.io.dedicated(this.election.recordKey);
+    const open = this.connection;
+    const record = this.election.recordKey;
+    const args = ["XREAD", "COUNT", String(RECORD_ENTRIES), "BLOCK", String(OBSERVE_BLOCK_MS), "STREAMS", record, after];
+    const reply = await bounded(open, args, record, OBSERVE_BLOCK_MS + CONTROL_LIMIT_MS, this.signal, () => open.close());
+    const read = streams(reply);
+    if (reply !== null && read.length === 0) {
+      // A reply read as no entry would read it again at once, without end.
+      throw new UnexpectedReplyError(`an XREAD reply not understood: ${typeof reply}`);
+    }
+    for (const entry of read) {
+      this.after = entry.id;
+      const { kind, term } = entryOf(entry.id);
+      if (kind === "leader" && term > this.lastTerm) {
+        this.lastTerm = term;
+        this.pending.push({ term, value: entry.fields.get("value") ?? "" });
+      }
+    }
+  }
+}
+
+/** Waits `ms`, or until `signal` aborts. */
+function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((done) => {
+    const timer = setTimeout(finish, ms);
+    function finish(): void {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", finish);
+      done();
+    }
+    signal?.addEventListener("abort", finish, { once: true });
+  });
+}

@@ -6,7 +6,7 @@
 export { Locks, LockBusyError, newOwner } from "./locks.js";
 export type { AcquireOptions, LocksEvents, LocksOptions, Logger } from "./locks.js";
 export { Lock } from "./lock.js";
-export { Election, Leadership, MAX_LEADER_VALUE } from "./election.js";
+export { Election, LeaderObserver, Leadership, MAX_LEADER_VALUE } from "./election.js";
 export type { Leader, RunWhileLeaderOptions } from "./election.js";
 export type { GuardArg } from "./guard.js";
 export { FENCE_SQL, FENCE_TABLE_SQL, createPostgresFenceTable, fencePostgres } from "./postgres.js";

@@ -52,6 +52,7 @@ type request struct {
 	Value     string   `json:"value"`
 	Resource  string   `json:"resource"`
 	Postgres  string   `json:"postgres"`
+	Observer  string   `json:"observer"`
 }
 
 // failure is a request's error reply.
@@ -69,6 +70,7 @@ type adapter struct {
 	locker   *redislock.Locker
 	postgres *sql.DB // nil: the scenario writes nothing there
 	locks    map[string]*redislock.Lock
+	leading  map[string]*redislock.Leadership
 	inflight map[int64]*running
 }
 
@@ -80,13 +82,13 @@ type running struct {
 
 func main() {
 	a := &adapter{out: bufio.NewWriter(os.Stdout), locks: map[string]*redislock.Lock{},
-		inflight: map[int64]*running{}}
+		leading: map[string]*redislock.Leadership{}, inflight: map[int64]*running{}}
 	a.write(map[string]any{"hello": map[string]any{
 		"protocol": 1,
 		"client":   "redis-lock (Go)",
 		"version":  "0.1.0",
 		"capabilities": []string{"module", "functions", "scripts", "force_backend", "cluster", "auth",
-			"owner", "shared", "limit", "wait", "wait_forever", "cancel", "extend", "info", "check", "guard",
+			"owner", "shared", "limit", "wait", "wait_forever", "cancel", "extend", "info", "leader", "check", "guard",
 			"fence_postgres", "loss_events", "loss_cause"},
 		"constants": map[string]any{
 			"renewal_divisor":           redislock.RenewalDivisor,
@@ -286,6 +288,60 @@ func (a *adapter) handle(ctx context.Context, r *request) (any, error) {
 		}
 		return map[string]any{"info": map[string]any{"mode": info.Mode, "waiters": info.Waiters,
 			"holders": holders}}, nil
+	case "campaign":
+		election, err := locker.Election(r.Key, duration(r.TTLMs, "ttl_ms"))
+		if err != nil {
+			return nil, err
+		}
+		ld, err := election.Campaign(ctx, r.Value)
+		if err != nil {
+			return nil, err
+		}
+		a.mu.Lock()
+		a.locks[r.Lock] = ld.Lock()
+		a.leading[r.Lock] = ld
+		a.mu.Unlock()
+		go a.watch(r.Lock, ld.Lock())
+		return map[string]any{"acquired": true, "token": strconv.FormatInt(ld.Term(), 10),
+			"owner": ld.Lock().Owner()}, nil
+	case "resign":
+		a.mu.Lock()
+		ld := a.leading[r.Lock]
+		delete(a.leading, r.Lock)
+		a.mu.Unlock()
+		if ld == nil {
+			return nil, badRequest("no leadership " + r.Lock)
+		}
+		err := ld.Resign(ctx)
+		if errors.Is(err, redislock.ErrNotHeld) {
+			return map[string]any{"resigned": false}, nil
+		}
+		return map[string]any{"resigned": err == nil}, err
+	case "leader":
+		election, err := locker.Election(r.Key, time.Second)
+		if err != nil {
+			return nil, err
+		}
+		leader, err := election.Leader(ctx)
+		if err != nil || leader == nil {
+			return map[string]any{"leader": nil}, err
+		}
+		return map[string]any{"leader": map[string]any{"term": strconv.FormatInt(leader.Term, 10),
+			"value": leader.Value}}, nil
+	case "observe":
+		election, err := locker.Election(r.Key, time.Second)
+		if err != nil {
+			return nil, err
+		}
+		// Positioned when Observe returns; read for the rest of the process.
+		leaders := election.Observe(context.Background())
+		go func() {
+			for leader := range leaders {
+				a.write(map[string]any{"event": "leader", "observer": r.Observer,
+					"term": strconv.FormatInt(leader.Term, 10), "value": leader.Value})
+			}
+		}()
+		return map[string]any{}, nil
 	}
 	return nil, &failure{Kind: "unsupported", Message: "unknown op " + r.Op}
 }
