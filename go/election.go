@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The election's record (SPEC "Leaders"): a stream beside the election's key, in its
+// The election's record (docs/contract.md "Leaders"): a stream beside the election's key, in its
 // hash slot, written only with the guard. One entry per change: <term>-0 when the
 // term's leader takes office (field "value"), <term>-1 when it resigns. Ids grow with
 // the terms, so an observer reading after the last id it saw gets every leader once,

@@ -58,7 +58,7 @@ pub struct Leader {
 ///         // Writes fenced with the term: refused once another candidate leads.
 ///         let out = "{scheduler}:plan";
 ///         let () = leadership.guard(&[out], redis::cmd("SET").arg(out).arg("v2")).await?;
-///         redis_lock_client::Result::Ok(())
+///         Ok::<(), redis_lock_client::Error>(())
 ///     } => {}
 /// }
 /// leadership.resign().await?; // the next candidate leads at once

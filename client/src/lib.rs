@@ -30,6 +30,8 @@
 //!   PostgreSQL in the caller's transaction.
 //! - [`Request::durable`] waits for replicas to acknowledge a grant; [`Redlock`]
 //!   holds one lock on a majority of independent servers.
+//! - Leader election with terms that fence: [`Election`] (`campaign`, `leader`,
+//!   `observe`, `run_while_leader`), docs/leaders.md.
 //! - Acquires, renewal failures, losses and releases are logged as `tracing` events.
 //!
 //! ```no_run
@@ -105,3 +107,8 @@ pub use wait::Wait;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/rust-client.md")]
 struct RustClientPage;
+
+/// The Rust example of docs/leaders.md, compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/leaders.md")]
+struct LeadersPage;

@@ -1,4 +1,4 @@
-//! Leader election's record, the rules every client follows (SPEC "Leaders"): an
+//! Leader election's record, the rules every client follows (docs/contract.md "Leaders"): an
 //! election is the exclusive lock at its key; its leader's value lives in a stream
 //! beside it, in the same slot, written only with the guard (a term is the holding's
 //! fencing token). One entry per change: `<term>-0` when the term's leader takes

@@ -1,5 +1,5 @@
 /**
- * Leader election on a lock (SPEC "Leaders"): campaign in the server's FIFO queue,
+ * Leader election on a lock (docs/contract.md "Leaders"): campaign in the server's FIFO queue,
  * lead while the lease holds, resign, and see who leads. The term is the holding's
  * fencing token; the leader's value lives in the election's record, a stream beside
  * the key in its hash slot, written only with the guard. One entry per change:

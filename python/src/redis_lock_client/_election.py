@@ -1,5 +1,5 @@
 """Leader election's record, written once for the threaded and the asyncio API
-(SPEC "Leaders"): the election is the exclusive lock at its key; the leader's value
+(docs/contract.md "Leaders"): the election is the exclusive lock at its key; the leader's value
 lives in a stream beside it, in its hash slot, written only with the guard. One
 entry per change: ``<term>-0`` when the term's leader takes office (field
 ``value``), ``<term>-1`` when it resigns. Ids grow with the terms, so an observer
