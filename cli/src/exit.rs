@@ -89,6 +89,7 @@ pub fn failure(error: &Error, key: &str) -> i32 {
             WRONG_TYPE,
             format!("{key:?} holds a value that is not a lock"),
         ),
+        Error::NotARecord { .. } => (WRONG_TYPE, describe(error)),
         Error::InvalidArgument(cause) => (USAGE, cause.clone()),
         Error::Server(cause) if refused_argument(cause) => (
             USAGE,

@@ -333,6 +333,11 @@ impl<K: Connector> Leadership<K> {
     async fn record_write(&self, xadd: &redis::Cmd, id: &str) -> Result<()> {
         match self.guard::<Value>(&[&self.record], xadd).await {
             Ok(_) => Ok(()),
+            Err(Error::Server(error)) if error.code() == Some("WRONGTYPE") => {
+                Err(Error::NotARecord {
+                    record: self.record.clone(),
+                })
+            }
             Err(Error::Server(error))
                 if error
                     .detail()
@@ -463,7 +468,10 @@ impl<K: Connector> Observer<K> {
             .arg("STREAMS")
             .arg(&record)
             .arg(&cursor);
-        let reply = xread.query_async::<Value>(con).await?;
+        let reply = xread
+            .query_async::<Value>(con)
+            .await
+            .map_err(|error| record_error(error, &record))?;
         for (id, fields) in streams(reply)? {
             if let Entry::Leader(term) = entry(&id) {
                 if term > self.last_term {
@@ -502,8 +510,19 @@ async fn top<C: redis::aio::ConnectionLike + Send>(
         .arg("COUNT")
         .arg(1)
         .query_async::<Value>(con)
-        .await?;
+        .await
+        .map_err(|error| record_error(error, record))?;
     Ok(entries(reply)?.into_iter().next())
+}
+
+/// A redis-rs error of a command on the record: WRONGTYPE names the record.
+fn record_error(error: redis::RedisError, record: &str) -> Error {
+    if error.code() == Some("WRONGTYPE") {
+        return Error::NotARecord {
+            record: record.to_owned(),
+        };
+    }
+    error.into()
 }
 
 /// One stream entry: its id and its field-value pairs.

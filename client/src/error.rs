@@ -210,6 +210,16 @@ pub enum Error {
         /// The version the server's library answered, if it did.
         found: Option<i64>,
     },
+    /// The record of an election (the stream beside its key) holds a value of
+    /// another type: someone wrote there. Nothing was changed.
+    #[error(
+        "the election's record {record:?} holds a value that is not a stream: it is the \
+         election's own key (DEL it, and the next leader writes it anew)"
+    )]
+    NotARecord {
+        /// The record's key.
+        record: String,
+    },
     /// PostgreSQL refused the fence's statement (no fence table, a connection
     /// lost, a transaction aborted before it): the caller rolls back. With the
     /// `postgres` feature.

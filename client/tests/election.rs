@@ -112,6 +112,7 @@ async fn an_observer_sees_every_leader_once_in_term_order() {
     for on in every_backend() {
         let election = election(&on, "{svc}:leader-lock");
         let mut observer = election.observe();
+        observer.start().await.unwrap(); // from here on, before the first campaign
         let seen = tokio::spawn(async move {
             let mut seen = Vec::new();
             while seen.len() < 6 {
@@ -305,5 +306,41 @@ async fn a_leader_whose_lock_is_gone_is_not_reported() {
             .unwrap();
         assert_eq!(election.leader().await.unwrap(), None, "{}", on.name);
         drop(leadership);
+    }
+}
+
+/// Someone wrote another type at the record's key: a campaign says so, naming the
+/// record, and leaves nothing held; `leader` and an observer say so too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_of_another_type_is_named_and_nothing_is_held() {
+    for on in every_backend() {
+        let election = election(&on, "typed");
+        let _: () = redis::cmd("SET")
+            .arg(election.record_key())
+            .arg("x")
+            .query(&mut on.server.connection())
+            .unwrap();
+        let error = election.campaign("me").await.unwrap_err();
+        assert!(
+            matches!(&error, Error::NotARecord { record } if record == "{typed}:leader"),
+            "{}: {error}",
+            on.name
+        );
+        let held: i64 = redis::cmd("EXISTS")
+            .arg("typed")
+            .query(&mut on.server.connection())
+            .unwrap();
+        assert_eq!(held, 0, "{}: the lock was released", on.name);
+        assert!(
+            matches!(election.leader().await, Err(Error::NotARecord { .. })),
+            "{}",
+            on.name
+        );
+        let mut observer = election.observe();
+        assert!(
+            matches!(observer.next().await, Err(Error::NotARecord { .. })),
+            "{}",
+            on.name
+        );
     }
 }

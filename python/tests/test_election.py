@@ -58,6 +58,7 @@ def test_an_observer_sees_every_leader_once_in_term_order(client: redis.Redis) -
     election = Election(client, "{svc}:lock", ttl=10.0)
     seen: list[Leader] = []
     observer = election.observe()
+    observer.start()  # from here on, before the first campaign
 
     def watch() -> None:
         for leader in observer:
@@ -67,7 +68,6 @@ def test_an_observer_sees_every_leader_once_in_term_order(client: redis.Redis) -
 
     watching = threading.Thread(target=watch)
     watching.start()
-    time.sleep(0.2)
     led = []
     for n in range(6):
         leadership = election.campaign(f"node-{n}")
