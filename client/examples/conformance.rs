@@ -46,9 +46,9 @@ struct Held {
 
 /// A leadership won by `campaign`, whatever the client's connector.
 enum Leading {
-    Single(Leadership<redis::Client>),
+    Single(Box<Leadership<redis::Client>>),
     #[cfg(feature = "cluster")]
-    Cluster(Leadership<redis::cluster::ClusterClient>),
+    Cluster(Box<Leadership<redis::cluster::ClusterClient>>),
 }
 
 /// Elections are made per request: any TTL serves one that only reads.
@@ -499,14 +499,14 @@ impl Adapter {
 
 impl From<Leadership<redis::Client>> for Leading {
     fn from(leadership: Leadership<redis::Client>) -> Leading {
-        Leading::Single(leadership)
+        Leading::Single(Box::new(leadership))
     }
 }
 
 #[cfg(feature = "cluster")]
 impl From<Leadership<redis::cluster::ClusterClient>> for Leading {
     fn from(leadership: Leadership<redis::cluster::ClusterClient>) -> Leading {
-        Leading::Cluster(leadership)
+        Leading::Cluster(Box::new(leadership))
     }
 }
 
