@@ -384,12 +384,7 @@ impl Env {
             .is_ok()
     }
 
-    fn acted(
-        &self,
-        fault: &str,
-        versions: Versions,
-        run_id: Option<String>,
-    ) -> Result<(), String> {
+    fn acted(&self, fault: &str, versions: Versions, run_id: Option<String>) -> Result<(), String> {
         match fault {
             "black_hole" if Env::answers(self.proxy()?.port()) => {
                 Err("PING through the proxy is answered".into())

@@ -614,7 +614,8 @@ impl<'a> Run<'a> {
             want.push(self.reply_field(name, "token")?);
         }
         let within = limit(step, REPLY_LIMIT);
-        let quiet = Duration::from_millis(step.get("quiet_ms").and_then(Value::as_u64).unwrap_or(300));
+        let quiet =
+            Duration::from_millis(step.get("quiet_ms").and_then(Value::as_u64).unwrap_or(300));
         let seen = |actor: &Actor| -> Vec<Value> {
             actor
                 .events()
@@ -635,7 +636,12 @@ impl<'a> Run<'a> {
         let events = seen(actor);
         let terms: Vec<String> = events
             .iter()
-            .map(|e| e.get("term").and_then(Value::as_str).unwrap_or("?").to_string())
+            .map(|e| {
+                e.get("term")
+                    .and_then(Value::as_str)
+                    .unwrap_or("?")
+                    .to_string()
+            })
             .collect();
         if terms != want {
             return Err(format!(
@@ -1207,7 +1213,9 @@ fn check(expect: &Value, value: &Value, run: &Run<'_>, pid: Option<u32>) -> Resu
                 let leader = fields.and_then(|f| f.get("leader"));
                 let got = leader.and_then(|l| l.get("term")).and_then(Value::as_str);
                 if got != Some(term.as_str()) {
-                    return Err(format!("leader {leader:?}, expected the term of {request} ({term})"));
+                    return Err(format!(
+                        "leader {leader:?}, expected the term of {request} ({term})"
+                    ));
                 }
             }
             "token" if want.as_str() == Some("present") => {
