@@ -16,7 +16,7 @@ DEBS      := redis-server redis-tools redis-sentinel libclang-dev python3-venv p
 PYTHON    ?= python3
 VENV      := target/venv
 
-.PHONY: all build run install install-build uninstall deb test test-library test-library-scripts test-package test-servers python-test test-js js-build test-go conformance bench bench-peers bench-peers-go demo demo-fencing memcheck fuzz torture failover deps lint clean
+.PHONY: all build run install install-build uninstall deb test test-library test-library-scripts test-package test-servers python-test test-js js-build test-go conformance bench bench-peers bench-peers-go bench-leaders demo demo-fencing memcheck fuzz torture failover deps lint clean
 
 all: build
 
@@ -309,6 +309,14 @@ bench: deps $(VENV)/.installed
 # pottery, etcd, Redisson, redsync) on one workload; writes bench/PEERS.md and its plots (bench/peers/).
 bench-peers: deps
 	bench/peers/run.sh
+
+# Leader election's failover (resign, crash, cut) against etcd's concurrency.Election,
+# same TTL, three candidate processes each behind a proxy; writes
+# bench/leaders/RESULTS.md (etcd from `apt-get install etcd-server`).
+bench-leaders: deps
+	@command -v etcd >/dev/null || { if [ "$$(id -u)" = 0 ]; then apt-get install -y etcd-server; \
+	  else echo "bench-leaders: etcd is missing: sudo apt-get install etcd-server (ours alone is measured without it)"; fi; }
+	bench/leaders/run.sh
 
 # The Go sides alone (this repository's Go client on the module and the library,
 # redsync and bsm/redislock, each with its defaults and tuned), into bench/peers-go/.

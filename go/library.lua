@@ -525,7 +525,14 @@ end
 local function mint_at(base, now, count, above)
     local mkey = base .. ':lockm'
     now = now or now_ms()
-    local last = now * TOKENS_PER_MS - 1
+    -- The floor to the microsecond (TOKENS_PER_MS to the millisecond): two masters
+    -- granting at once after a failover (the old one not demoted yet) mint the same
+    -- token only in the same microsecond, not in the same millisecond.
+    local t = redis.call('TIME')
+    local last = t[1] * 1000000 + t[2] - 1
+    if last < now * TOKENS_PER_MS - 1 then
+        last = now * TOKENS_PER_MS - 1
+    end
     if above and above > last then
         last = above
     end

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -474,6 +475,7 @@ type roundResult struct {
 	OldEndCutMs  *float64 `json:"old_end_from_cut_ms,omitempty"`
 	Note         string   `json:"note,omitempty"`
 	StableWaitMs float64  `json:"stable_wait_ms"`
+	PhaseMs      float64  `json:"phase_ms"` // random wait after stable, before a crash or cut
 }
 
 type scenarioResult struct {
@@ -769,6 +771,22 @@ func runScenario(self, side, server string, ttl time.Duration, scenario string, 
 		r.mu.Lock()
 		L, T := leader, leader.term
 		r.mu.Unlock()
+		if scenario != "resign" {
+			// A crash or cut at a random point of the renewal cycle (ours renews every
+			// TTL/3, etcd's session every TTL/3 after the last response): not always
+			// just after the leader's grant.
+			phase := time.Duration(rand.Int64N(int64(ttl / 3)))
+			rr.PhaseMs = float64(phase) / 1e6
+			time.Sleep(phase)
+		}
+		r.mu.Lock()
+		still := L.alive && L.leading && L.term == T
+		r.mu.Unlock()
+		if !still {
+			rr.Note = "leader changed before the action"
+			res.Rounds = append(res.Rounds, rr)
+			continue
+		}
 		rr.From, rr.OldTerm = L.name, T
 		newLead := func(after int64, notFrom *cand) *event {
 			var got *event
@@ -1092,7 +1110,7 @@ func reportMain(args []string) {
 			w("\n")
 		}
 	}
-	w(methodNotes)
+	b.WriteString(methodNotes)
 	w("\n## Per round (measured)\n\n")
 	w("`ms`: action → next lead. Cut: `old end` = the cut leader's end − the new leader's lead (negative: told before).\n\n")
 	for _, k := range order {
@@ -1146,12 +1164,19 @@ const methodNotes = `## Method
   (connections that lost bytes are closed then).
 - **double-leader window**: over each scenario's whole run, the time during which the [lead, end]
   intervals of two different candidates overlap (a killed leader's interval ends at the kill).
-- A round starts when one leader has led ≥ 0.5 s and every other candidate has been campaigning ≥ 0.5 s.
+- A round starts when one leader has led ≥ 0.5 s and every other candidate has been campaigning ≥ 0.5 s;
+  a crash or cut then waits a random 0 – TTL/3 more (both sides renew every TTL/3), so that it falls
+  anywhere in the renewal cycle.
 - What a leader watches: ours, ` + "`Leadership.Context()`" + ` (ends at the lease's local deadline, before
   the server can grant anyone else); etcd, ` + "`session.Done()`" + ` of its ` + "`concurrency.NewSession(cli, WithTTL(5))`" + ` (the
   lease's keep-alive channel, closed by the client's deadline loop, checked once a second, one TTL
   after the last keep-alive response). The etcd server revokes an expired lease (its own timer, checked
   every 500 ms), which deletes the leader key and lets the next candidate's Campaign return.
+  So etcd's leader-side signal has no margin: the client's deadline is (keep-alive *response* + TTL,
+  seen up to 1 s late), the server's is (keep-alive *request* + TTL, acted on within 500 ms): a cut
+  etcd leader can hear of its loss after its successor leads. etcd's answer is fencing writes with
+  the leader key's revision in a Txn (Election.Key()/Rev()), which this benchmark does not exercise.
+  Ours ends the lease at (renewal *sent* + TTL − 10 %, at least 50 ms), on a timer of its own.
 - client-go (derived from ` + "`tools/leaderelection/leaderelection.go`" + `): followers poll every RetryPeriod
   with JitterUntil(factor 1.2, sliding): every 2 – 4.4 s. A follower counts LeaseDuration from the
   moment *it* saw the record change (observedTime), not from renewTime. Leader renews every 2 s;

@@ -10,14 +10,14 @@
 #
 # Settings (environment):
 #   LEADERS_CONFIGS  side:ttl_seconds[:rounds] list, in order
-#                    (default: "module:5 functions:5 etcd:5 module:1 functions:1 module:10:3 functions:10:3")
+#                    (default: "module:5:10 functions:5:10 etcd:5:10 module:1 functions:1 module:10:3 functions:10:3")
 #   LEADERS_ROUNDS   rounds where a config gives none (default 5)
 #   LEADERS_SCENARIOS (default resign,crash,cut)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-CONFIGS=${LEADERS_CONFIGS:-"module:5 functions:5 etcd:5 module:1 functions:1 module:10:3 functions:10:3"}
+CONFIGS=${LEADERS_CONFIGS:-"module:5:10 functions:5:10 etcd:5:10 module:1 functions:1 module:10:3 functions:10:3"}
 ROUNDS=${LEADERS_ROUNDS:-5}
 SCENARIOS=${LEADERS_SCENARIOS:-resign,crash,cut}
 
@@ -67,7 +67,8 @@ fi
 BIN=$WORK/leaders
 (cd "$HERE" && go build -o "$BIN" .)
 
-read -r P_MOD P_FUN P_ETCD P_PEER < <("$BIN" ports 4 | tr '\n' ' ')
+PORTS=($("$BIN" ports 4))
+P_MOD=${PORTS[0]} P_FUN=${PORTS[1]} P_ETCD=${PORTS[2]} P_PEER=${PORTS[3]}
 
 start_redis() { # port dir [module]
     mkdir -p "$2"
@@ -119,7 +120,7 @@ NOTES=$WORK/notes.md
 {
     echo "- Machine: $(nproc) cores, $(uname -sr); shared with other work while measured."
     echo "- $(redis-server --version | cut -d' ' -f1-3); module: \`${MODULE#"$ROOT"/}\`; library: \`lua/redislock.lua\` (FUNCTION LOAD)."
-    echo "- Ours: \`redis-lock/go/redislock\` (this repository's \`go/\`), \`Election.Campaign\` / \`Leadership.Context()\` / \`Resign\`, go-redis v9.18.0."
+    echo "- Ours: \`redis-lock/go/redislock\` (this repository's \`go/\` at $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" status --porcelain -- go 2>/dev/null | grep -q . && echo ', with uncommitted changes in go/')), \`Election.Campaign\` / \`Leadership.Context()\` / \`Resign\`, go-redis v9.18.0."
     if [[ $HAVE_ETCD == 1 ]]; then
         echo "- etcd server: $(etcd --version | head -1) (Debian etcd-server, one member); client: go.etcd.io/etcd/client/v3 $(cd "$HERE" && go list -m -f '{{.Version}}' go.etcd.io/etcd/client/v3), concurrency.NewSession(WithTTL) + NewElection."
     else

@@ -1,15 +1,15 @@
 //! The ACL each backend needs (docs/PROTOCOL.md, "ACL"), exactly: the client runs
 //! as a user with the rules that page lists (an acquire that waits in the queue, an
 //! extend, a release that hands the lock on, `lock_info`, a semaphore, on the
-//! library the release of a lock stored by version 2), and fails without any one
-//! of the commands listed.
+//! library the release of a lock stored by version 2, an election), and fails
+//! without any one of the commands listed.
 
 use redis_lock_testkit as common;
 
 use std::time::Duration;
 
 use common::{Config, Server};
-use redis_lock_client::{Backend, LockClient, Request, Wait};
+use redis_lock_client::{Backend, Election, LockClient, Request, Wait};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -141,6 +141,34 @@ async fn workload(url: &str, expected: Backend, key: &str) -> Result<(), String>
     }
     if expected != Backend::Module && !locks.release_owner("jobs:old", "old").await.map_err(said)? {
         return Err("the lock of version 2 was not released".into());
+    }
+    election(&locks, key).await
+}
+
+/// An election: an observer (its start reads the record), a campaign (the guarded
+/// XADD of the record), the leader read back, the observer's blocking read of the
+/// next leader, a resign.
+async fn election(locks: &LockClient, key: &str) -> Result<(), String> {
+    let said = |e: redis_lock_client::Error| e.to_string();
+    let election =
+        Election::new(locks.clone(), &format!("{key}:{{election}}"), TTL).map_err(said)?;
+    let mut observer = election.observe();
+    observer.start().await.map_err(said)?;
+    for value in ["first", "second"] {
+        let leadership = election.campaign(value).await.map_err(said)?;
+        let seen = tokio::time::timeout(Duration::from_secs(5), observer.next())
+            .await
+            .map_err(|_| format!("{value}: not observed"))?
+            .map_err(said)?;
+        let leader = election.leader().await.map_err(said)?;
+        if seen.term != leadership.term() || leader.map(|l| l.term) != Some(leadership.term()) {
+            return Err(format!(
+                "{value}: observed {}, leader not {}",
+                seen.term,
+                leadership.term()
+            ));
+        }
+        leadership.resign().await.map_err(said)?;
     }
     Ok(())
 }
