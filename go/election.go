@@ -316,27 +316,29 @@ type observer struct {
 	pending  []Leader
 }
 
-// position reads the current leader and the record's top; false if it failed.
+// position reads the record's top (the cursor), then the current leader: a leader
+// whose entry is at or before the cursor is sent first; one that took office in
+// between is after the cursor, and the first read sends it. False if it failed.
 func (o *observer) position(ctx context.Context) bool {
 	e := o.election
-	current, err := e.Leader(ctx)
-	var last *streamEntry
+	last, err := e.top(ctx)
+	var current *Leader
 	if err == nil {
-		last, err = e.top(ctx)
+		current, err = e.Leader(ctx)
 	}
 	if err != nil {
 		e.locker.log.Warn("observing the election failed", "key", e.key, "err", err)
 		return false
 	}
 	o.started = true
-	switch {
-	case current != nil:
-		o.after, o.lastTerm = fmt.Sprintf("%d-0", current.Term), current.Term
-		o.pending = append(o.pending, *current)
-	case last != nil:
+	o.after = "0-0"
+	if last != nil {
 		o.after = last.id
-	default:
-		o.after = "0-0"
+	}
+	cursorTerm, _ := strconv.ParseInt(strings.SplitN(o.after, "-", 2)[0], 10, 64)
+	if current != nil && current.Term <= cursorTerm {
+		o.lastTerm = current.Term
+		o.pending = append(o.pending, *current)
 	}
 	return true
 }

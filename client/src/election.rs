@@ -431,7 +431,9 @@ impl<K: Connector> Observer<K> {
 
     /// The current leader and where to read on from.
     async fn position(&mut self) -> Result<Option<Leader>> {
-        let current = self.election.leader().await?;
+        // The record's top first: the cursor. A leader read after it whose entry is
+        // at or before the cursor is handed out now; one that took office in between
+        // is after the cursor, and the first read hands it out.
         let record = self.election.record.clone();
         let con = self.connection().await?;
         let top = match top(con, &record).await {
@@ -441,16 +443,16 @@ impl<K: Connector> Observer<K> {
                 return Err(error);
             }
         };
+        let current = self.election.leader().await?;
+        let cursor = top.map_or_else(|| "0-0".to_owned(), |(id, _)| id);
+        let cursor_term = id_term(&cursor);
+        self.cursor = Some(cursor);
         match current {
-            Some(leader) => {
-                self.cursor = Some(leader_id(leader.term));
+            Some(leader) if leader.term <= cursor_term => {
                 self.last_term = leader.term;
                 Ok(Some(leader))
             }
-            None => {
-                self.cursor = Some(top.map_or_else(|| "0-0".to_owned(), |(id, _)| id));
-                Ok(None)
-            }
+            _ => Ok(None),
         }
     }
 
@@ -523,6 +525,11 @@ fn record_error(error: redis::RedisError, record: &str) -> Error {
         };
     }
     error.into()
+}
+
+/// The first part of a stream id (a term, for the record's own entries).
+fn id_term(id: &str) -> i64 {
+    id.split('-').next().and_then(|t| t.parse().ok()).unwrap_or(0)
 }
 
 /// One stream entry: its id and its field-value pairs.

@@ -369,15 +369,18 @@ export class LeaderObserver implements AsyncIterableIterator<Leader> {
    * Iterating does this itself. */
   async start(): Promise<void> {
     if (this.after !== undefined) return;
-    const current = await this.election.leader();
+    // The record's top first (the cursor), then the leader: one whose entry is at or
+    // before the cursor is handed out now; one that took office in between is after
+    // the cursor, and the first read hands it out.
     const last = await this.election.top();
+    const current = await this.election.leader();
     if (this.after !== undefined) return;
-    if (current !== null) {
-      this.after = `${current.term}-0`;
+    this.after = last?.id ?? "0-0";
+    const head = this.after.split("-")[0] ?? "0";
+    const cursorTerm = /^\d+$/.test(head) ? BigInt(head) : 0n;
+    if (current !== null && current.term <= cursorTerm) {
       this.lastTerm = current.term;
       this.pending.push(current);
-    } else {
-      this.after = last?.id ?? "0-0";
     }
   }
 

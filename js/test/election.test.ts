@@ -40,7 +40,7 @@ for (const backend of ["module", "functions", "scripts"] as Backend[]) {
           await redis.close();
         });
 
-        it("publishes the value, hands over at resign, and observes every leader in order", async () => {
+        it("publishes the value, hands over at resign, and observes every leader in order", { timeout: 30_000 }, async () => {
           const key = fresh("svc");
           const election = locks.election(key, { ttl: 10_000 });
           assert.equal(election.recordKey, `{${key}}:leader`);
@@ -86,7 +86,7 @@ for (const backend of ["module", "functions", "scripts"] as Backend[]) {
           );
         });
 
-        it("runWhileLeader aborts the routine on loss and campaigns again", async () => {
+        it("runWhileLeader aborts the routine on loss and campaigns again", { timeout: 30_000 }, async () => {
           const key = fresh("again");
           const election = locks.election(key, { ttl: 600 });
           const terms: bigint[] = [];
@@ -108,14 +108,14 @@ for (const backend of ["module", "functions", "scripts"] as Backend[]) {
           assert.equal(await election.leader(), null);
         });
 
-        it("refuses keys that cannot share a slot with their record, and long values", async () => {
+        it("refuses keys that cannot share a slot with their record, and long values", { timeout: 30_000 }, async () => {
           assert.throws(() => locks.election("a}b", { ttl: 1000 }), /invalid election key/);
           await assert.rejects(locks.election(fresh("k"), { ttl: 1000 }).campaign("x".repeat(1025)), /at most 1024/);
         });
       });
     }
 
-    it("tells a cut-off leader first, and the server refuses its term", async () => {
+    it("tells a cut-off leader first, and the server refuses its term", { timeout: 30_000 }, async () => {
       const hole = await BlackHole.start(server.port);
       const cutClient = new Redis(hole.port, "127.0.0.1", { maxRetriesPerRequest: 0 });
       cutClient.on("error", () => {});
@@ -157,7 +157,7 @@ describe("an election through a Cluster", () => {
     await cluster.stop();
   });
 
-  it("keeps its record in the key's slot and hands over", async () => {
+  it("keeps its record in the key's slot and hands over", { timeout: 30_000 }, async () => {
     const redis = await clusterClient("ioredis", cluster.nodes.map((n) => n.port));
     const locks = new Locks(redis.redis);
     try {

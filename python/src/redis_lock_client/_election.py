@@ -141,12 +141,19 @@ class Cursor:
         self.after: str | None = None
         self.last_term = 0
 
-    def start(self, current: Leader | None, last: tuple[str, dict[str, Any]] | None) -> None:
-        if current is not None:
-            self.after = f"{current.term}-0"
+    def start(
+        self, last: tuple[str, dict[str, Any]] | None, current: Leader | None
+    ) -> Leader | None:
+        """Positions at ``last`` (the record's top, read first); ``current`` (the
+        leader read after it) is handed out now if its entry is at or before the
+        cursor, else the first read hands it out. The leader to hand out now."""
+        self.after = last[0] if last is not None else "0-0"
+        head = self.after.split("-", 1)[0]
+        cursor_term = int(head) if head.isdigit() else 0
+        if current is not None and current.term <= cursor_term:
             self.last_term = current.term
-        else:
-            self.after = last[0] if last is not None else "0-0"
+            return current
+        return None
 
     def read(self, record: str) -> Generator[Step, Any, list[Leader]]:
         """One blocking read after the cursor: the leaders that took office since."""

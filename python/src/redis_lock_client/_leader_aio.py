@@ -125,13 +125,14 @@ class AsyncObserver:
         is the one leading at this moment, or the first to take office after it.
         Iterating does this itself; call it to observe from a known point."""
         if self._cursor is None:
-            current = await self._election._leader_on(self._reader)
+            # The record's top first (the cursor), then the leader: see Cursor.start.
             last = await self._run(_election.top(self._election.record_key), CONTROL_LIMIT)
+            current = await self._election._leader_on(self._reader)
             cursor = _election.Cursor()
-            cursor.start(current, last)
+            now = cursor.start(last, current)
             self._cursor = cursor
-            if current is not None:
-                self._pending.append(current)
+            if now is not None:
+                self._pending.append(now)
 
     async def __anext__(self) -> Leader:
         while not self._pending:

@@ -120,13 +120,14 @@ class Observer:
         is the one leading at this moment, or the first to take office after it.
         Iterating does this itself; call it to observe from a known point."""
         if self._cursor is None:
-            current = self._election._leader_on(self._reader)
+            # The record's top first (the cursor), then the leader: see Cursor.start.
             last = self._run(_election.top(self._election.record_key), CONTROL_LIMIT)
+            current = self._election._leader_on(self._reader)
             cursor = _election.Cursor()
-            cursor.start(current, last)
+            now = cursor.start(last, current)
             self._cursor = cursor
-            if current is not None:
-                self._pending.append(current)
+            if now is not None:
+                self._pending.append(now)
 
     def __next__(self) -> Leader:
         while not self._pending:
