@@ -198,18 +198,26 @@ fn leader_watch_prints_each_leader_in_order() {
             .spawn()
             .unwrap();
         let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
-        std::thread::sleep(Duration::from_millis(300));
-        let mut terms = Vec::new();
-        for n in 0..3 {
+        let mut seen = |want: &str| -> i64 {
+            let line = lines.next().unwrap().unwrap();
+            let leader: serde_json::Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(leader["value"], want, "{name}: {line}");
+            leader["term"].as_i64().unwrap()
+        };
+        // A leader that stays until the watch has printed it: the watch is positioned
+        // (it printed n0, as the current leader or as it came), whatever its start took.
+        let mut first = elect(&url, &["--value", "n0"], "svc", "sleep 30");
+        let mut terms = vec![seen("n0")];
+        signal(&first, libc::SIGTERM);
+        exit_code(&mut first, Duration::from_secs(5));
+        for n in 1..3 {
             let status = redis_lock(&url)
                 .args(["elect", "--value", &format!("n{n}"), "svc", "--", "true"])
+                .stderr(Stdio::null())
                 .status()
                 .unwrap();
             assert!(status.success(), "{name}");
-            let line = lines.next().unwrap().unwrap();
-            let seen: serde_json::Value = serde_json::from_str(&line).unwrap();
-            assert_eq!(seen["value"], format!("n{n}"), "{name}: {line}");
-            terms.push(seen["term"].as_i64().unwrap());
+            terms.push(seen(&format!("n{n}")));
         }
         assert!(terms.windows(2).all(|w| w[0] < w[1]), "{name}: {terms:?}");
         let _ = watch.kill();
