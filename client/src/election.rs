@@ -529,7 +529,10 @@ fn record_error(error: redis::RedisError, record: &str) -> Error {
 
 /// The first part of a stream id (a term, for the record's own entries).
 fn id_term(id: &str) -> i64 {
-    id.split('-').next().and_then(|t| t.parse().ok()).unwrap_or(0)
+    id.split('-')
+        .next()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0)
 }
 
 /// One stream entry: its id and its field-value pairs.
