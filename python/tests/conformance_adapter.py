@@ -370,6 +370,9 @@ class Adapter:
         backend = request.get("backend", "auto")
         self.backend = None if backend == "auto" else backend
         self.postgres = request.get("postgres")
+        if self.postgres is not None:
+            # Loaded now, not inside the first fenced write's lease (a second under load).
+            import psycopg  # noqa: F401
         auth: dict[str, Any] = {
             "username": request.get("username"),
             "password": request.get("password"),
@@ -584,6 +587,9 @@ class SyncAdapter:
         backend = request.get("backend", "auto")
         self.backend = None if backend == "auto" else backend
         self.postgres = request.get("postgres")
+        if self.postgres is not None:
+            # Loaded now, not inside the first fenced write's lease (a second under load).
+            import psycopg2  # noqa: F401
         auth: dict[str, Any] = {
             "username": request.get("username"),
             "password": request.get("password"),
