@@ -201,16 +201,7 @@ async function acquire(request: Json, id: number): Promise<Json> {
   if (lock === null) return { acquired: false };
   const granted = lock;
   held.set(name, granted);
-  const signal = granted.signal;
-  const lost = (): void => {
-    const reason: unknown = signal.reason;
-    if (reason instanceof LockLostError && reason.why === "released") return;
-    write({ event: "lost", lock: name, cause: cause(granted), message: reason instanceof Error ? reason.message : String(reason) });
-  };
-  // A lease shorter than its margin (a TTL of 1 ms) may have ended by now: its
-  // event follows the reply.
-  if (signal.aborted) setImmediate(lost);
-  else signal.addEventListener("abort", lost);
+  watchLoss(name, granted);
   return { acquired: true, token: granted.token.toString(), owner: granted.owner };
 }
 
@@ -240,7 +231,9 @@ async function campaign(request: Json, id: number): Promise<Json> {
   return { acquired: true, token: granted.token.toString(), owner: granted.owner };
 }
 
-/** Writes the `lost` event of `lock` when its signal aborts (not for a release). */
+/** Writes the `lost` event of `lock` when its signal aborts (not for a release). A
+ * lease shorter than its margin (a TTL of 1 ms) may have ended by now: its event
+ * follows the reply. */
 function watchLoss(name: string, granted: Lock): void {
   const signal = granted.signal;
   const lost = (): void => {
